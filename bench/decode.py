@@ -1,0 +1,228 @@
+"""Decoding benchmark: KV-cache speedup and per-token growth, our decoder vs Hugging Face Marian.
+
+(a) Greedy with the KV cache vs re-running the decoder over the whole prefix, at forced output
+    lengths 16/32/64/128 (EOS is banned until the limit, so every sentence takes every step).
+(b) Our greedy and beam-4 search vs ``MarianMTModel.generate`` with identical sizes, random
+    weights and the same forced number of steps, on the same batch of real source sentences.
+    Needs ``transformers`` (the ``bench`` extra); skipped with a message when it is missing.
+(c) Beam 5 over 2,000 real sentences through the Translator (token-budget batches). With random
+    weights no sentence stops early, so this is the worst case; ``--ckpt`` uses a trained model.
+
+Repetitions are interleaved and medians reported. Ends with ``RATIO <name> <value> target <t>``.
+
+    python bench/decode.py [--size small] [--reps 3] [--ckpt model.ckpt]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from seq2seq.config import DecodeConfig, ModelConfig  # noqa: E402
+from seq2seq.decoding import generate, greedy_search  # noqa: E402
+from seq2seq.model import Transformer  # noqa: E402
+from seq2seq.tokenizer import EOS_ID, PAD_ID, TranslationTokenizer  # noqa: E402
+from seq2seq.translate import Translator  # noqa: E402
+
+CORPUS = ROOT / "data" / "spa-eng" / "spa.txt.gz"
+SIZES = {  # (model config, vocabulary size)
+    "tiny": (ModelConfig(d_model=64, n_heads=4, n_encoder_layers=2, n_decoder_layers=2, d_ff=256), 2000),
+    "small": (ModelConfig(d_model=256, n_heads=4, n_encoder_layers=3, n_decoder_layers=3, d_ff=1024), 8000),
+}
+LENGTHS = (16, 32, 64, 128)
+
+
+def read_pairs(count: int) -> tuple[list[str], list[str]]:
+    """``count`` (English, Spanish) pairs spread evenly over the corpus, which is sorted by length."""
+    with gzip.open(CORPUS, "rt", encoding="utf-8") as handle:
+        pairs = [line.rstrip("\n").split("\t")[:2] for line in handle]
+    picked = [pairs[int(i * len(pairs) / count)] for i in range(count)]
+    return [en for en, _ in picked], [es for _, es in picked]
+
+
+def pad(rows: list[list[int]]) -> torch.Tensor:
+    out = torch.full((len(rows), max(map(len, rows))), PAD_ID, dtype=torch.long)  # (B, S)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = torch.tensor(row)
+    return out
+
+
+def median_times(runs: dict[str, Callable[[], object]], reps: int) -> dict[str, float]:
+    """Median seconds of each run, repetitions interleaved so drifting machine load hits all alike."""
+    for run in runs.values():  # warm-up
+        run()
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(reps):
+        for name, run in runs.items():
+            start = time.perf_counter()
+            run()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+def forced(length: int, beam: int = 1) -> DecodeConfig:
+    """Exactly ``length`` output tokens per sentence: EOS banned until the limit."""
+    return DecodeConfig(beam_size=beam, max_len_a=0.0, max_len_b=length, min_len=length)
+
+
+def bench_cache(model: Transformer, src: torch.Tensor, reps: int) -> dict[str, float]:
+    runs: dict[str, Callable[[], object]] = {}
+    for length in LENGTHS:
+        runs[f"cached {length}"] = lambda n=length: greedy_search(model, src, forced(n))
+        runs[f"full {length}"] = lambda n=length: greedy_search(model, src, forced(n), cached=False)
+    times = median_times(runs, reps)
+    print(f"(a) greedy, batch {src.size(0)}: KV cache vs full recomputation (median of {reps})")
+    for length in LENGTHS:
+        cached, full = times[f"cached {length}"], times[f"full {length}"]
+        print(
+            f"  len {length:4d}: cached {cached:7.3f}s ({1e3 * cached / length:6.2f} ms/step)   "
+            f"full {full:8.3f}s ({1e3 * full / length:7.2f} ms/step)   speedup {full / cached:5.1f}x"
+        )
+    first, last = LENGTHS[0], LENGTHS[-1]
+    growth = (times[f"cached {last}"] / last) / (times[f"cached {first}"] / first)
+    return {
+        f"decode_cached_speedup_{last}": times[f"full {last}"] / times[f"cached {last}"],
+        f"decode_per_token_growth_{first}_to_{last}": growth,
+    }
+
+
+def marian_twin(cfg: ModelConfig, vocab: int) -> torch.nn.Module | None:
+    """``MarianMTModel`` sized like ours (post-norm, ReLU, sinusoidal positions); None without transformers."""
+    try:
+        import transformers
+        from transformers import MarianConfig, MarianMTModel
+    except ImportError:
+        return None
+    transformers.logging.set_verbosity_error()
+    config = MarianConfig(
+        vocab_size=vocab,
+        decoder_vocab_size=vocab,
+        d_model=cfg.d_model,
+        encoder_layers=cfg.n_encoder_layers,
+        decoder_layers=cfg.n_decoder_layers,
+        encoder_attention_heads=cfg.n_heads,
+        decoder_attention_heads=cfg.n_heads,
+        encoder_ffn_dim=cfg.d_ff,
+        decoder_ffn_dim=cfg.d_ff,
+        max_position_embeddings=cfg.max_positions,
+        activation_function="relu",
+        dropout=0.0,
+        pad_token_id=PAD_ID,
+        eos_token_id=EOS_ID,
+        decoder_start_token_id=1,
+    )
+    return MarianMTModel(config).eval()
+
+
+def bench_marian(
+    model: Transformer, marian: torch.nn.Module, src: torch.Tensor, length: int, reps: int
+) -> dict[str, float]:
+    mask = src != PAD_ID
+
+    def hf(beam: int) -> Callable[[], object]:
+        def run() -> object:
+            with torch.inference_mode():
+                return marian.generate(
+                    input_ids=src,
+                    attention_mask=mask,
+                    num_beams=beam,
+                    do_sample=False,
+                    max_new_tokens=length,
+                    min_new_tokens=length,
+                )
+
+        return run
+
+    runs = {
+        "ours greedy": lambda: generate(model, src, forced(length)),
+        "marian greedy": hf(1),
+        "ours beam4": lambda: generate(model, src, forced(length, beam=4)),
+        "marian beam4": hf(4),
+    }
+    times = median_times(runs, reps)
+    batch = src.size(0)
+    print(f"(b) ours vs MarianMTModel.generate: batch {batch}, {length} tokens each (median of {reps})")
+    for name, seconds in times.items():
+        print(
+            f"  {name:14s} {seconds:7.3f}s  {batch * length / seconds:8.0f} tokens/s  "
+            f"{batch / seconds:7.1f} sent/s"
+        )
+    return {
+        f"decode_tokens_per_s_vs_marian_{search}": times[f"marian {search}"] / times[f"ours {search}"]
+        for search in ("greedy", "beam4")
+    }
+
+
+def bench_translate(translator: Translator, sources: list[str], beam: int) -> float:
+    start = time.perf_counter()
+    outputs = translator.translate(sources, beam=beam)
+    seconds = time.perf_counter() - start
+    tokens = sum(len(ids) for ids in translator.tokenizer.encode_target(outputs))
+    print(
+        f"(c) beam {beam} over {len(sources)} sentences: {seconds:.2f}s "
+        f"({len(sources) / seconds:.0f} sent/s, {tokens / seconds:.0f} output tokens/s)"
+    )
+    return seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--size", choices=sorted(SIZES), default="small")
+    parser.add_argument("--reps", type=int, default=3, help="timed repetitions per measurement")
+    parser.add_argument("--batch", type=int, default=64, help="sentences per batch in (a) and (b)")
+    parser.add_argument("--marian-len", type=int, default=32, help="forced output length in (b)")
+    parser.add_argument("--sentences", type=int, default=2000, help="sentences in (c)")
+    parser.add_argument("--ckpt", help="trained checkpoint for (c) instead of random weights")
+    args = parser.parse_args()
+
+    torch.manual_seed(0)
+    cfg, vocab = SIZES[args.size]
+    cfg = replace(cfg, dropout=0.0)
+    sources = list(dict.fromkeys(read_pairs(3 * args.sentences)[0]))[: args.sentences]  # distinct sources
+    tokenizer = TranslationTokenizer.train(*read_pairs(40_000), vocab, shared=True)
+    model = Transformer(cfg, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, PAD_ID).eval()
+    step = len(sources) // args.batch
+    batch_sources = [sources[i * step] for i in range(args.batch)]
+    src = pad([[*ids, EOS_ID] for ids in tokenizer.encode_source(batch_sources)])
+    print(f"size {args.size}: {cfg}, vocab {tokenizer.src_vocab_size}, {torch.get_num_threads()} threads")
+    print(f"batch of {args.batch} real sentences, {src.size(1)} source tokens at most")
+
+    ratios = bench_cache(model, src, args.reps)
+    marian = marian_twin(cfg, tokenizer.src_vocab_size)
+    if marian is None:
+        print("(b) skipped: transformers is not installed (pip install -e '.[bench]')")
+    else:
+        ratios.update(bench_marian(model, marian, src, args.marian_len, args.reps))
+
+    if args.ckpt:
+        translator = Translator.from_checkpoint(args.ckpt, device="cpu")
+    else:
+        translator = Translator(model, tokenizer, DecodeConfig(beam_size=5))
+    seconds = bench_translate(translator, sources[: args.sentences], beam=5)
+    print(f"SECONDS decode_beam5_{args.sentences}_sentences {seconds:.2f} target 15")
+
+    targets = {
+        "decode_cached_speedup": 4,
+        "decode_per_token_growth": 1.5,
+        "decode_tokens_per_s_vs_marian": 1.5,
+    }
+    for name, value in ratios.items():
+        target = next(t for prefix, t in targets.items() if name.startswith(prefix))
+        print(f"RATIO {name} {value:.2f} target {target}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,135 @@
+"""Token-budget batches of similar-length pairs, and the collate that adds BOS/EOS.
+
+Fixed-size random batches waste most of their compute on padding because sentence
+lengths vary several-fold; sorting by length and packing up to a budget of padded
+tokens keeps padding low and memory use flat. All randomness derives from
+(seed, epoch), so every rank computes the same batch list without communicating
+and a resumed run sees the same batches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import NamedTuple
+
+import numpy as np
+import torch
+from torch.utils.data import Sampler
+
+from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID
+
+
+class Batch(NamedTuple):
+    """Padded id tensors: src (B, S), tgt_in (B, T) = BOS + y, tgt_out (B, T) = y + EOS."""
+
+    src: torch.Tensor
+    tgt_in: torch.Tensor
+    tgt_out: torch.Tensor
+
+
+def pair_lengths(src_len: np.ndarray, tgt_len: np.ndarray) -> np.ndarray:
+    """Padded cost of one pair: the source gets EOS, the target BOS or EOS, shape (N,)."""
+    return np.maximum(src_len + 1, tgt_len + 1)
+
+
+def _pad(rows: list[list[int]]) -> torch.Tensor:
+    out = torch.full((len(rows), max(map(len, rows))), PAD_ID, dtype=torch.long)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = torch.tensor(row, dtype=torch.long)
+    return out
+
+
+def collate(examples: list[dict]) -> Batch:
+    """Turn ``{"src_ids", "tgt_ids"}`` dicts (no specials yet) into a padded :class:`Batch`."""
+    src = _pad([[*ex["src_ids"], EOS_ID] for ex in examples])  # (B, S)
+    tgt_in = _pad([[BOS_ID, *ex["tgt_ids"]] for ex in examples])  # (B, T)
+    tgt_out = _pad([[*ex["tgt_ids"], EOS_ID] for ex in examples])  # (B, T)
+    return Batch(src, tgt_in, tgt_out)
+
+
+def _pack(order: np.ndarray, lengths: np.ndarray, max_tokens: int) -> list[np.ndarray]:
+    """Greedy packing of ``order`` (ascending length) under ``size * max_len <= max_tokens``."""
+    sorted_lengths = lengths[order]
+    batches, start = [], 0
+    while start < len(order):
+        capacity = max_tokens // sorted_lengths[start]  # no batch from here can be larger
+        window = sorted_lengths[start : start + capacity]
+        cost = np.arange(1, len(window) + 1) * window  # padded cost of each prefix, non-decreasing
+        size = int(np.searchsorted(cost, max_tokens, side="right"))
+        batches.append(order[start : start + size])
+        start += size
+    return batches
+
+
+def _split_to_multiple(batches: list[np.ndarray], world_size: int) -> list[np.ndarray]:
+    """Halve the largest batches until every rank can get the same number of them."""
+    batches = list(batches)
+    while len(batches) % world_size:
+        largest = max(range(len(batches)), key=lambda i: len(batches[i]))
+        if len(batches[largest]) < 2:
+            raise ValueError(f"{sum(map(len, batches))} examples cannot fill {world_size} ranks")
+        half = len(batches[largest]) // 2
+        big = batches.pop(largest)
+        batches[largest:largest] = [big[:half], big[half:]]
+    return batches
+
+
+class TokenBudgetBatchSampler(Sampler[list[int]]):
+    """Yields lists of dataset indices whose padded size stays within ``max_tokens``.
+
+    Call ``set_epoch`` each epoch (Lightning does) for a fresh deterministic
+    shuffle; ``skip_batches`` drops the first batches of the next pass, for resuming
+    mid-epoch. With ``world_size > 1`` ranks get disjoint, equally many batches.
+    """
+
+    def __init__(
+        self,
+        lengths: np.ndarray,
+        max_tokens: int,
+        shuffle: bool,
+        seed: int,
+        rank: int = 0,
+        world_size: int = 1,
+    ) -> None:
+        self.lengths = np.asarray(lengths, dtype=np.int64)
+        if self.lengths.size and self.lengths.max() > max_tokens:
+            raise ValueError(f"an example of length {self.lengths.max()} exceeds max_tokens={max_tokens}")
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank {rank} is outside world_size {world_size}")
+        self.max_tokens = max_tokens
+        self.shuffle = shuffle
+        self.seed = seed
+        self.rank = rank
+        self.world_size = world_size
+        self.epoch = 0
+        self._skip = 0
+        self._cached: tuple[int, list[np.ndarray]] | None = None
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def skip_batches(self, n: int) -> None:
+        """Make the next iteration start at this rank's batch ``n`` of the current epoch."""
+        self._skip = n
+
+    def _rank_batches(self) -> list[np.ndarray]:
+        """This rank's batches for the current epoch, computed once per epoch."""
+        if self._cached is None or self._cached[0] != self.epoch:
+            rng = np.random.default_rng([self.seed, self.epoch])
+            if self.shuffle:  # noise < 1 only reorders equal lengths
+                order = np.argsort(self.lengths + rng.random(len(self.lengths)), kind="stable")
+            else:
+                order = np.argsort(self.lengths, kind="stable")
+            batches = _split_to_multiple(_pack(order, self.lengths, self.max_tokens), self.world_size)
+            if self.shuffle:
+                batches = [batches[i] for i in rng.permutation(len(batches))]
+            self._cached = (self.epoch, batches[self.rank :: self.world_size])
+        return self._cached[1]
+
+    def __iter__(self) -> Iterator[list[int]]:
+        skip, self._skip = self._skip, 0
+        return (batch.tolist() for batch in self._rank_batches()[skip:])
+
+    def __len__(self) -> int:
+        """Batches the next iteration yields on this rank (after any pending skip)."""
+        return max(len(self._rank_batches()) - self._skip, 0)

@@ -1,0 +1,88 @@
+"""What a checkpoint carries so inference needs nothing but the file.
+
+Lightning checkpoints get one extra entry, ``checkpoint["seq2seq"]``, holding the model
+config, the vocabulary sizes, the decoding settings used for validation and the
+tokenizer as JSON. Everything is plain data and tensors, so it loads with
+``torch.load(weights_only=True)``: a checkpoint cannot run code on load.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from seq2seq.config import DataConfig, DecodeConfig, ModelConfig
+from seq2seq.model import Transformer
+from seq2seq.tokenizer import PAD_ID, TranslationTokenizer
+
+KEY = "seq2seq"
+MODEL_PREFIX = "model."  # the LightningModule keeps the Transformer at `self.model`
+
+
+class CheckpointError(RuntimeError):
+    """The file is missing, unreadable, or not a seq2seq checkpoint."""
+
+
+def inference_state(
+    model_cfg: ModelConfig, decode_cfg: DecodeConfig, data_cfg: DataConfig, tokenizer: TranslationTokenizer
+) -> dict:
+    """The entry stored under ``checkpoint["seq2seq"]``; the data config lets evaluation rebuild the splits."""
+    return {
+        "model_config": asdict(model_cfg),
+        "decode_config": asdict(decode_cfg),
+        "data_config": asdict(data_cfg),
+        "tokenizer": tokenizer.to_dict(),
+        "src_vocab_size": tokenizer.src_vocab_size,
+        "tgt_vocab_size": tokenizer.tgt_vocab_size,
+    }
+
+
+@dataclass
+class LoadedModel:
+    """A ready-to-run model with its tokenizer, validation decoding settings and training data config."""
+
+    model: Transformer
+    tokenizer: TranslationTokenizer
+    decode_config: DecodeConfig
+    data_config: DataConfig
+
+
+def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """``torch.load`` with tensors-and-plain-data only, turning every failure into :class:`CheckpointError`."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint not found: {path}")
+    try:
+        checkpoint = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as err:  # truncated zip, pickle error, wrong file type: all mean "unreadable"
+        raise CheckpointError(f"cannot read checkpoint {path}: {str(err).splitlines()[0]}") from err
+    if not isinstance(checkpoint, dict) or KEY not in checkpoint or "state_dict" not in checkpoint:
+        raise CheckpointError(f"{path} is not a seq2seq checkpoint (no model config/tokenizer inside)")
+    return checkpoint
+
+
+def load_model(path: str | Path, map_location: str | torch.device = "cpu") -> LoadedModel:
+    """Rebuild the Transformer and tokenizer from a checkpoint, in eval mode."""
+    checkpoint = read_checkpoint(path, map_location)
+    meta = checkpoint[KEY]
+    model_cfg = ModelConfig(**meta["model_config"])
+    model = Transformer(model_cfg, meta["src_vocab_size"], meta["tgt_vocab_size"], PAD_ID)
+    weights = {
+        name[len(MODEL_PREFIX) :]: tensor
+        for name, tensor in checkpoint["state_dict"].items()
+        if name.startswith(MODEL_PREFIX)
+    }
+    try:
+        model.load_state_dict(weights)
+    except RuntimeError as err:
+        raise CheckpointError(f"{path}: weights do not match its model config: {str(err).splitlines()[0]}") from err
+    tokenizer = TranslationTokenizer.from_dict(meta["tokenizer"])
+    return LoadedModel(
+        model.to(map_location).eval(),
+        tokenizer,
+        DecodeConfig(**meta["decode_config"]),
+        DataConfig(**meta["data_config"]),
+    )

@@ -1,0 +1,250 @@
+"""Command line behind ``translate.py``: argparse, modes and error handling around :class:`Translator`.
+
+Expected failures (missing or corrupt checkpoint, no GPU, bad arguments, bad data) print one
+line on stderr and return a non-zero code; ``--output`` is written to a temporary file that is
+renamed only on success, so a failure never leaves a partial file behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import stat
+import sys
+import tempfile
+from collections.abc import Iterable, Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import TextIO
+
+import torch
+from tqdm import tqdm
+
+from seq2seq.alignment import align, format_table, save_heatmap
+from seq2seq.checkpoint import CheckpointError, load_model
+from seq2seq.config import DataConfig, DecodeConfig
+from seq2seq.evaluation import evaluate, format_scores, read_pairs
+from seq2seq.translate import DEFAULT_BATCH_TOKENS, Translation, Translator, resolve_device
+
+PROG = "translate.py"
+EXAMPLES = f"""examples:
+  python {PROG} --ckpt model.ckpt "How are you?" "I like coffee."
+  python {PROG} --ckpt model.ckpt < input.en > output.es        (streams; progress bar on stderr)
+  python {PROG} --ckpt model.ckpt --beam 5 --nbest 3 "Good morning."   (index<TAB>score<TAB>text)
+  python {PROG} --ckpt model.ckpt --show-attention --attention-png att.png "I like coffee."
+  python {PROG} --ckpt model.ckpt --eval test           (BLEU/chrF on the checkpoint corpus's test split)
+  python {PROG} --ckpt model.ckpt --eval pairs.tsv      (columns in the training corpus's order)
+  python {PROG} --ckpt model.ckpt --interactive
+"""
+
+
+class UsageError(Exception):
+    """Bad command-line arguments."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse would print usage and exit; we want one line
+        raise UsageError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog=PROG,
+        description="Translate with a trained seq2seq checkpoint (argparse CLI over seq2seq.translate).",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "sentences", nargs="*", help="sentences to translate; without any, stdin is read line by line"
+    )
+    parser.add_argument("--ckpt", required=True, help="checkpoint written by train.py")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--interactive", "-i", action="store_true", help="prompt for sentences until EOF (Ctrl-D)"
+    )
+    mode.add_argument(
+        "--eval",
+        metavar="SPLIT|PATH",
+        help="score 'test' or 'valid' (rebuilt from the checkpoint's data config) or a TSV/TSV.gz of pairs "
+        "laid out like the training corpus; prints BLEU and chrF with signatures and BLEU per source length",
+    )
+    search = parser.add_mutually_exclusive_group()
+    search.add_argument("--beam", type=int, metavar="N", help="beam size (default: the checkpoint's)")
+    search.add_argument("--greedy", action="store_true", help="greedy search (beam size 1)")
+    search.add_argument("--sample", action="store_true", help="sample each token instead of searching")
+    parser.add_argument("--temperature", type=float, help="sampling temperature (with --sample)")
+    parser.add_argument("--top-k", type=int, help="sample among the k likeliest tokens (with --sample)")
+    parser.add_argument("--seed", type=int, help="random seed for --sample")
+    parser.add_argument(
+        "--nbest", type=int, metavar="K", help="print K hypotheses per input: index<TAB>score<TAB>text"
+    )
+    parser.add_argument(
+        "--max-len", type=int, metavar="T", help="at most T output tokens (default: a*source+b)"
+    )
+    parser.add_argument("--device", choices=["cpu", "cuda", "auto"], default="auto", help="default: auto")
+    parser.add_argument(
+        "--batch-tokens", type=int, default=DEFAULT_BATCH_TOKENS, help="padded source tokens per batch"
+    )
+    parser.add_argument(
+        "--output", "-o", metavar="PATH", help="write translations (or --eval hypotheses) here"
+    )
+    parser.add_argument(
+        "--show-attention", action="store_true", help="print each sentence's cross-attention table"
+    )
+    parser.add_argument(
+        "--attention-png", metavar="PATH", help="save the heatmap of the (single) sentence's attention"
+    )
+    return parser
+
+
+def _check(args: argparse.Namespace) -> None:
+    for name in ("beam", "nbest", "max_len", "batch_tokens", "top_k"):
+        value = getattr(args, name)
+        if value is not None and value < (0 if name == "top_k" else 1):
+            raise UsageError(f"--{name.replace('_', '-')} must be positive, got {value}")
+    if (args.temperature is not None or args.top_k is not None or args.seed is not None) and not args.sample:
+        raise UsageError("--temperature, --top-k and --seed need --sample")
+    visual = args.show_attention or args.attention_png
+    if visual and (args.eval or not (args.sentences or args.interactive)):
+        raise UsageError(
+            "--show-attention/--attention-png need sentences on the command line or --interactive"
+        )
+    if args.attention_png and len(args.sentences) != 1:
+        raise UsageError("--attention-png needs exactly one sentence")
+    if args.sentences and (args.eval or args.interactive):
+        raise UsageError("sentences cannot be combined with --eval or --interactive")
+
+
+def decode_settings(cfg: DecodeConfig, args: argparse.Namespace) -> DecodeConfig:
+    """The checkpoint's decoding config with the command-line overrides applied."""
+    changes: dict = {"nbest": args.nbest or 1}
+    if args.greedy or args.sample:
+        changes["beam_size"] = 1
+    if args.beam:
+        changes["beam_size"] = args.beam
+    if args.sample:
+        changes.update(sampling=True, temperature=args.temperature or 1.0, top_k=args.top_k or 0)
+    if args.max_len:
+        changes.update(max_len_a=0.0, max_len_b=args.max_len)
+    return replace(cfg, **changes)
+
+
+@contextlib.contextmanager
+def _output(path: str | None) -> Iterator[TextIO]:
+    """stdout, or a temporary file next to ``path`` renamed onto it only if the block succeeds."""
+    if path is None:
+        yield sys.stdout
+        return
+    target = Path(path)
+    fd, temp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".partial")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            yield handle
+        os.replace(temp, target)
+    finally:
+        if os.path.exists(temp):
+            os.unlink(temp)
+
+
+def _write(out: TextIO, index: int, translations: list[Translation], with_scores: bool) -> None:
+    if not with_scores:
+        out.write(translations[0].text + "\n")
+        return
+    for translation in translations:
+        out.write(f"{index}\t{translation.score:.4f}\t{translation.text}\n")
+
+
+def _stdin_is_file() -> bool:
+    try:
+        return stat.S_ISREG(os.fstat(sys.stdin.fileno()).st_mode)
+    except (OSError, ValueError):  # replaced or closed stdin (e.g. under a test runner)
+        return False
+
+
+def _eval_set(spec: str, data_cfg: DataConfig) -> tuple[list[str], list[list[str]]]:
+    if spec in ("test", "valid"):
+        from seq2seq.datamodule import TranslationDataModule  # Lightning + datasets: seconds to import
+
+        data = TranslationDataModule(data_cfg)
+        data.setup()  # same grouped split and length filter as validation during training
+        return data.references(spec)
+    path = Path(spec)
+    if not path.is_file():
+        raise ValueError(f"--eval {spec}: not 'test', 'valid' or an existing file")
+    columns = list(data_cfg.columns)
+    return read_pairs(path, columns.index(data_cfg.source_lang), columns.index(data_cfg.target_lang))
+
+
+def _translate_lines(
+    translator: Translator, lines: Iterable[str], with_scores: bool, out: TextIO, progress: bool = False
+) -> None:
+    results = translator.translate_stream_nbest(lines)
+    for index, translations in enumerate(tqdm(results, unit=" lines", file=sys.stderr, disable=not progress)):
+        _write(out, index, translations, with_scores)
+    out.flush()
+
+
+def _show_attention(translator: Translator, sentence: str, args: argparse.Namespace, out: TextIO) -> None:
+    alignment = align(translator, sentence)
+    if args.show_attention:
+        out.write(format_table(alignment) + "\n")
+    if args.attention_png:
+        save_heatmap(alignment, args.attention_png)
+
+
+def _interactive(translator: Translator, args: argparse.Namespace) -> None:
+    while True:
+        try:
+            line = input("> ")
+        except EOFError:
+            return
+        _translate_lines(translator, [line], args.nbest is not None, sys.stdout)
+        if line.strip() and args.show_attention:
+            _show_attention(translator, line, args, sys.stdout)
+
+
+def run(args: argparse.Namespace) -> int:
+    _check(args)
+    device = resolve_device(args.device)
+    loaded = load_model(args.ckpt, map_location=device)
+    settings = decode_settings(loaded.decode_config, args)
+    translator = Translator(loaded.model, loaded.tokenizer, settings, device, args.batch_tokens)
+    if args.seed is not None:
+        torch.manual_seed(args.seed)
+    if args.interactive:
+        _interactive(translator, args)
+        return 0
+    if args.eval:
+        sources, references = _eval_set(args.eval, loaded.data_config)
+        evaluation = evaluate(translator, sources, references)
+        if args.output:
+            with _output(args.output) as out:
+                out.writelines(text + "\n" for text in evaluation.hypotheses)
+        print(format_scores(evaluation.scores))
+        return 0
+    with _output(args.output) as out:
+        progress = not args.sentences and _stdin_is_file()  # a pipe or a terminal gets no bar
+        _translate_lines(translator, args.sentences or sys.stdin, args.nbest is not None, out, progress)
+        for sentence in args.sentences if (args.show_attention or args.attention_png) else []:
+            _show_attention(translator, sentence, args, out)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; returns the process exit code instead of raising (tests call this in-process)."""
+    try:
+        return run(build_parser().parse_args(argv))
+    except BrokenPipeError:  # e.g. `| head`: the reader left; stop quietly
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        return 1
+    except UsageError as err:
+        print(f"{PROG}: error: {err} (see --help)", file=sys.stderr)
+        return 2
+    except (CheckpointError, ValueError, OSError) as err:  # ConfigError and DataError are ValueErrors
+        message = str(err).splitlines()[0] if str(err) else type(err).__name__
+        print(f"{PROG}: error: {message}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130

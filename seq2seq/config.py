@@ -1,0 +1,168 @@
+"""Typed schemas behind the Hydra YAML.
+
+Every group in ``configs/`` is validated against one of these dataclasses, so a
+typo or a bad value fails at compose time with the key's name instead of deep
+inside training. Derived values and cross-field checks live in ``__post_init__``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message names the key."""
+
+
+def _positive(name: str, value: int | float) -> None:
+    if value <= 0:
+        raise ConfigError(f"{name} must be > 0, got {value}")
+
+
+def _probability(name: str, value: float) -> None:
+    if not 0.0 <= value < 1.0:
+        raise ConfigError(f"{name} must be in [0, 1), got {value}")
+
+
+@dataclass
+class ModelConfig:
+    """Sizes and switches of the encoder-decoder Transformer."""
+
+    d_model: int = 256  # width of every residual stream
+    n_heads: int = 4  # attention heads; d_model must be divisible by it
+    n_encoder_layers: int = 3  # encoder depth
+    n_decoder_layers: int = 3  # decoder depth
+    d_ff: int = 1024  # hidden width of the position-wise feed-forward
+    dropout: float = 0.1  # dropout on embeddings, sublayer outputs and FFN hidden
+    attention_dropout: float = 0.0  # dropout on attention weights
+    max_positions: int = 256  # longest sequence the positional encoding covers
+    learned_positions: bool = False  # learned instead of sinusoidal positions
+    norm_first: bool = False  # pre-norm; False is the paper's post-norm
+    tie_embeddings: bool = True  # share src/tgt embeddings and the output projection
+
+    def __post_init__(self) -> None:
+        for name in ("d_model", "n_heads", "n_encoder_layers", "n_decoder_layers", "d_ff", "max_positions"):
+            _positive(f"model.{name}", getattr(self, name))
+        if self.d_model % self.n_heads:
+            raise ConfigError(
+                f"model.d_model ({self.d_model}) must be divisible by model.n_heads ({self.n_heads})"
+            )
+        _probability("model.dropout", self.dropout)
+        _probability("model.attention_dropout", self.attention_dropout)
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+
+@dataclass
+class DataConfig:
+    """Where the parallel corpus comes from and how it becomes batches."""
+
+    path: str | None = "data/spa-eng/spa.txt.gz"  # local TSV/CSV/JSONL of pairs (.gz ok)
+    columns: list[str] = field(default_factory=lambda: ["en", "es"])  # language of each column
+    direction: str = "en-es"  # "<src>-<tgt>", both named in `columns`
+    hub_dataset: str | None = None  # opt-in: HF hub dataset name (needs internet)
+    hub_config: str | None = None  # hub dataset config, e.g. "en-es"
+    hub_split: str = "train"  # hub split to read
+    hub_translation_field: str | None = "translation"  # nested {lang: text} field, or None for flat columns
+    valid_size: int = 2000  # source sentences held out for validation
+    test_size: int = 2000  # source sentences held out for testing
+    split_seed: int = 1234  # seed of the grouped train/valid/test split
+    max_length: int = 64  # pairs with more tokens on either side are dropped
+    vocab_size: int = 8000  # subword vocabulary size (per side when not shared)
+    shared_vocab: bool = True  # one tokenizer for both languages
+    max_tokens: int = 4096  # token budget of one training batch (padded tokens)
+    eval_max_tokens: int = 8192  # token budget of one evaluation batch
+    num_workers: int = 1  # dataloader worker processes
+    cache_dir: str = "~/.cache/seq2seq"  # cleaned corpus, tokenizers and encodings
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "max_length", "max_tokens", "eval_max_tokens"):
+            _positive(f"data.{name}", getattr(self, name))
+        for name in ("valid_size", "test_size", "num_workers"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"data.{name} must be >= 0, got {getattr(self, name)}")
+        if self.path is None and self.hub_dataset is None:
+            raise ConfigError("data.path or data.hub_dataset must be set")
+        parts = self.direction.split("-")
+        if len(parts) != 2 or parts[0] == parts[1]:
+            raise ConfigError(f"data.direction must look like 'en-es', got {self.direction!r}")
+        missing = [lang for lang in parts if lang not in self.columns]
+        if missing:
+            raise ConfigError(
+                f"data.direction {self.direction!r} names {missing[0]!r}, not in data.columns {list(self.columns)}"
+            )
+        if self.max_tokens < self.max_length + 2:
+            raise ConfigError(
+                f"data.max_tokens ({self.max_tokens}) is smaller than the longest allowed "
+                f"sentence (data.max_length + 2 = {self.max_length + 2})"
+            )
+
+    @property
+    def source_lang(self) -> str:
+        return self.direction.split("-")[0]
+
+    @property
+    def target_lang(self) -> str:
+        return self.direction.split("-")[1]
+
+
+@dataclass
+class DecodeConfig:
+    """How translations are searched for."""
+
+    beam_size: int = 1  # 1 = greedy
+    length_penalty: float = 0.6  # GNMT alpha; 0 = raw log-probability
+    nbest: int = 1  # hypotheses returned per sentence
+    max_len_a: float = 1.5  # max output length = a * source length + b
+    max_len_b: int = 10
+    min_len: int = 0  # EOS is forbidden before this many tokens
+    sampling: bool = False  # greedy only: draw each token from the softmax instead of taking the argmax
+    temperature: float = 1.0  # sampling: softmax temperature (< 1 sharper, > 1 flatter)
+    top_k: int = 0  # sampling: draw among the k likeliest tokens; 0 = the whole vocabulary
+
+    def __post_init__(self) -> None:
+        _positive("decode.beam_size", self.beam_size)
+        _positive("decode.nbest", self.nbest)
+        _positive("decode.temperature", self.temperature)
+        for name in ("max_len_a", "max_len_b", "min_len", "top_k"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"decode.{name} must be >= 0, got {getattr(self, name)}")
+        if self.sampling and self.beam_size > 1:
+            raise ConfigError(f"decode.sampling needs decode.beam_size=1, got {self.beam_size}")
+        if self.nbest > self.beam_size:
+            raise ConfigError(f"decode.nbest ({self.nbest}) must be <= decode.beam_size ({self.beam_size})")
+        if self.length_penalty < 0:
+            raise ConfigError(f"decode.length_penalty must be >= 0, got {self.length_penalty}")
+
+
+@dataclass
+class OptimConfig:
+    """AdamW with the paper's inverse-square-root warmup schedule."""
+
+    lr: float = 1e-3  # peak learning rate, reached at the end of warmup
+    warmup_steps: int = 1000  # linear warmup length in optimiser steps
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
+    eps: float = 1e-9
+    weight_decay: float = 0.0
+    label_smoothing: float = 0.1
+
+    def __post_init__(self) -> None:
+        _positive("optim.lr", self.lr)
+        _positive("optim.warmup_steps", self.warmup_steps)
+        _probability("optim.label_smoothing", self.label_smoothing)
+
+
+def validated(schema: type, cfg: DictConfig | dict[str, Any], key: str) -> Any:
+    """Build ``schema`` from one config group, failing with the offending key's name."""
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(schema), cfg)
+        return OmegaConf.to_object(merged)
+    except ConfigError:
+        raise
+    except Exception as err:  # OmegaConf raises several types; all mean "bad value/key"
+        raise ConfigError(f"{key}: {err}".splitlines()[0]) from err

@@ -1,0 +1,273 @@
+"""Parallel corpus -> cleaned Arrow dataset with ``src``/``tgt`` columns, cached on disk.
+
+The text is streamed line by line into ``Dataset.from_generator`` so the corpus is
+never held in Python lists; the result is memory-mapped Arrow. Malformed lines are
+skipped and counted rather than crashing a long job on one bad byte. The cache name
+hashes the file's identity (path, size, mtime) and the column layout, so an edited
+corpus is re-read and an unchanged one loads in well under a second.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import hashlib
+import json
+import logging
+import tempfile
+from collections import Counter
+from collections.abc import Iterator
+from functools import partial
+from pathlib import Path
+
+import datasets
+import numpy as np
+
+from seq2seq.config import DataConfig
+
+log = logging.getLogger("seq2seq.data")
+
+_FORMAT_VERSION = 1  # bump when the cleaning rules change, to invalidate old caches
+_REPO_ROOT = Path(__file__).resolve().parent.parent
+_FEATURES = datasets.Features({"src": datasets.Value("string"), "tgt": datasets.Value("string")})
+_SUFFIXES = (".tsv", ".txt", ".csv", ".jsonl")
+_BATCH = 10_000  # rows per Arrow batch when scanning a column
+
+
+class DataError(ValueError):
+    """The corpus cannot be used; the message says which file and why."""
+
+
+def resolve_path(path: str) -> Path:
+    """Find ``path`` relative to the working dir, then to the repo root (Hydra may chdir)."""
+    candidate = Path(path).expanduser()
+    if candidate.is_absolute():
+        if candidate.is_file():
+            return candidate
+        raise DataError(f"corpus file not found: {candidate}")
+    for base in (Path.cwd(), _REPO_ROOT):
+        if (base / candidate).is_file():
+            return (base / candidate).resolve()
+    raise DataError(f"corpus file not found: {path} (looked in {Path.cwd()} and {_REPO_ROOT})")
+
+
+def _text_lines(path: Path, counts: Counter) -> Iterator[str]:
+    """Decoded lines without line endings; a leading BOM and bad UTF-8 lines are dropped."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as handle:
+        for number, raw in enumerate(handle):
+            try:
+                line = raw.decode("utf-8").rstrip("\r\n")
+            except UnicodeDecodeError:
+                counts["bad_utf8"] += 1
+                continue
+            if number == 0:
+                line = line.removeprefix("\ufeff")
+            if line.strip():
+                yield line
+
+
+def _rows(path: Path, columns: tuple[str, ...], counts: Counter) -> Iterator[list | None]:
+    """One list of fields per record, or None for a record that cannot be parsed."""
+    lines = _text_lines(path, counts)
+    kind = path.name.removesuffix(".gz").rsplit(".", 1)[-1]
+    if kind == "csv":
+        yield from csv.reader(lines)
+    elif kind == "jsonl":
+        for line in lines:
+            try:
+                record = json.loads(line)
+                yield [record[column] for column in columns] if isinstance(record, dict) else None
+            except (json.JSONDecodeError, KeyError):
+                yield None
+    else:
+        for line in lines:
+            yield line.split("\t")
+
+
+def _clean_pairs(
+    path: str, columns: tuple[str, ...], src_col: str, tgt_col: str, counts: Counter
+) -> Iterator[dict[str, str]]:
+    """Generator for ``Dataset.from_generator``; tallies skipped records in ``counts``."""
+    src_index, tgt_index = columns.index(src_col), columns.index(tgt_col)
+    for fields in _rows(Path(path), columns, counts):
+        if fields is None or len(fields) != len(columns) or not all(isinstance(f, str) for f in fields):
+            counts["wrong_columns"] += 1
+            continue
+        src, tgt = fields[src_index].strip(), fields[tgt_index].strip()
+        if not src or not tgt:
+            counts["empty_side"] += 1
+            continue
+        counts["pairs"] += 1
+        yield {"src": src, "tgt": tgt}
+
+
+def _cache_name(path: Path, cfg: DataConfig) -> str:
+    stat = path.stat()
+    key = json.dumps([_FORMAT_VERSION, str(path), stat.st_size, stat.st_mtime_ns, cfg.columns, cfg.direction])
+    return "corpus-" + _digest(key)
+
+
+def _line_stats(path: Path, counts: Counter) -> dict[str, int]:
+    """Counts for ``stats.json``; logs skipped lines once and rejects a corpus without pairs."""
+    by_reason = {
+        f"malformed_{reason}": counts[reason] for reason in ("bad_utf8", "wrong_columns", "empty_side")
+    }
+    malformed = sum(by_reason.values())
+    if counts["pairs"] == 0:
+        detail = f"all {malformed} lines are malformed" if malformed else "it has no lines"
+        raise DataError(f"corpus {path} holds no usable pairs: {detail}")
+    if malformed:
+        log.warning("skipped %d malformed lines of %s: %s", malformed, path, by_reason)
+    return {"pairs": counts["pairs"], "malformed_lines": malformed, **by_reason}
+
+
+def _build(path: Path, cfg: DataConfig, target: Path) -> None:
+    """Stream the file into Arrow at ``target`` via a temp dir, so a crash never leaves a half cache."""
+    counts: Counter = Counter()
+    gen_kwargs = {
+        "path": str(path),
+        "columns": tuple(cfg.columns),  # a list would be read as shards
+        "src_col": cfg.source_lang,
+        "tgt_col": cfg.target_lang,
+        "counts": counts,
+    }
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".build-") as scratch:
+        try:
+            dataset = datasets.Dataset.from_generator(
+                _clean_pairs,
+                features=_FEATURES,
+                cache_dir=scratch,
+                gen_kwargs=gen_kwargs,
+                fingerprint=target.name,
+            )
+        except ValueError:  # datasets refuses a generator that yields nothing; say why in our words
+            _line_stats(path, counts)
+            raise
+        stats = _line_stats(path, counts)
+        staging = Path(scratch) / "dataset"
+        dataset.save_to_disk(str(staging))
+        (staging / "stats.json").write_text(json.dumps(stats, indent=1))
+        try:
+            staging.rename(target)
+        except OSError:
+            if not target.exists():  # otherwise another process finished the same build first
+                raise
+
+
+def _check_format(path: Path) -> None:
+    if Path(path.name.removesuffix(".gz")).suffix not in _SUFFIXES:
+        allowed = ", ".join(_SUFFIXES)
+        raise DataError(f"unsupported corpus format: {path.name} (use {allowed}, optionally .gz)")
+
+
+def _load_local(cfg: DataConfig) -> tuple[datasets.Dataset, dict[str, int]]:
+    path = resolve_path(cfg.path)
+    _check_format(path)
+    cache_dir = Path(cfg.cache_dir).expanduser().resolve()
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    target = cache_dir / _cache_name(path, cfg)
+    if not target.exists():
+        log.info("reading %s into %s", path, target)
+        _build(path, cfg, target)
+    stats = json.loads((target / "stats.json").read_text())
+    return datasets.load_from_disk(str(target)), stats
+
+
+def _hub_pairs(batch: dict, field: str | None, src_lang: str, tgt_lang: str) -> dict[str, list[str]]:
+    if field:
+        src, tgt = [row[src_lang] for row in batch[field]], [row[tgt_lang] for row in batch[field]]
+    else:
+        src, tgt = batch[src_lang], batch[tgt_lang]
+    return {"src": [(text or "").strip() for text in src], "tgt": [(text or "").strip() for text in tgt]}
+
+
+def _both_sides(batch: dict) -> list[bool]:
+    return [bool(src) and bool(tgt) for src, tgt in zip(batch["src"], batch["tgt"], strict=True)]
+
+
+def _load_hub(cfg: DataConfig) -> tuple[datasets.Dataset, dict[str, int]]:
+    """Opt-in hub dataset mapped onto the same ``src``/``tgt`` layout as a local file."""
+    raw = datasets.load_dataset(cfg.hub_dataset, cfg.hub_config, split=cfg.hub_split)
+    pairs = raw.map(
+        partial(
+            _hub_pairs, field=cfg.hub_translation_field, src_lang=cfg.source_lang, tgt_lang=cfg.target_lang
+        ),
+        batched=True,
+        remove_columns=raw.column_names,
+        features=_FEATURES,
+    )
+    kept = pairs.filter(_both_sides, batched=True)
+    if len(kept) == 0:
+        raise DataError(f"hub dataset {cfg.hub_dataset} holds no usable {cfg.direction} pairs")
+    return kept, {"pairs": len(kept), "malformed_lines": len(pairs) - len(kept)}
+
+
+def load_corpus(cfg: DataConfig) -> tuple[datasets.Dataset, dict[str, int]]:
+    """Cleaned pairs (columns ``src``, ``tgt`` in ``cfg.direction``) and their line counts."""
+    return _load_hub(cfg) if cfg.hub_dataset else _load_local(cfg)
+
+
+def _source_hashes(dataset: datasets.Dataset, seed: int) -> np.ndarray:
+    """Seeded 64-bit hash of each row's source sentence, shape (N,)."""
+    key = str(seed).encode()
+    hashes = np.empty(len(dataset), dtype=np.uint64)
+    start = 0
+    for batch in dataset.select_columns(["src"]).iter(batch_size=_BATCH):
+        texts = batch["src"]
+        hashes[start : start + len(texts)] = [
+            int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8, key=key).digest(), "little")
+            for text in texts
+        ]
+        start += len(texts)
+    return hashes
+
+
+def split_corpus(
+    dataset: datasets.Dataset, valid_size: int, test_size: int, seed: int
+) -> datasets.DatasetDict:
+    """Hold out ``valid_size``/``test_size`` distinct source sentences with all their translations.
+
+    Distinct sources are ranked by a seeded hash and the lowest ranks are held out, so
+    the split is a pure function of (corpus, sizes, seed) and never puts one source
+    sentence in two splits, which would leak test references into training.
+    """
+    hashes = _source_hashes(dataset, seed)
+    distinct = np.unique(hashes)  # sorted
+    if len(distinct) <= valid_size + test_size:
+        raise DataError(
+            f"corpus has {len(distinct)} distinct source sentences; valid_size + test_size "
+            f"({valid_size + test_size}) must leave some for training"
+        )
+    valid_end, test_end = distinct[valid_size], distinct[valid_size + test_size]
+    masks = {
+        "train": hashes >= test_end,
+        "valid": hashes < valid_end,
+        "test": (hashes >= valid_end) & (hashes < test_end),
+    }
+    key = f"{dataset._fingerprint}|{valid_size}|{test_size}|{seed}"
+    return datasets.DatasetDict(
+        {
+            name: dataset.select(np.flatnonzero(mask), new_fingerprint=_digest(f"{key}|{name}"))
+            for name, mask in masks.items()
+        }
+    )
+
+
+def load_splits(cfg: DataConfig) -> tuple[datasets.DatasetDict, dict[str, int]]:
+    """The corpus split into train/valid/test exactly as training sees it, plus load stats."""
+    pairs, stats = load_corpus(cfg)
+    return split_corpus(pairs, cfg.valid_size, cfg.test_size, cfg.split_seed), stats
+
+
+def references(dataset: datasets.Dataset) -> tuple[list[str], list[list[str]]]:
+    """Unique sources in first-seen order and every target each one has (multi-reference BLEU)."""
+    grouped: dict[str, list[str]] = {}
+    for batch in dataset.select_columns(["src", "tgt"]).iter(batch_size=_BATCH):
+        for src, tgt in zip(batch["src"], batch["tgt"], strict=True):
+            grouped.setdefault(src, []).append(tgt)
+    return list(grouped), list(grouped.values())
+
+
+def _digest(text: str) -> str:
+    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()

@@ -1,0 +1,142 @@
+"""The LightningModule: loss, optimiser, schedule, logging and validation BLEU.
+
+It takes plain dicts of config so ``save_hyperparameters`` and ``load_from_checkpoint``
+work; the tokenizer travels in the checkpoint under ``checkpoint["seq2seq"]``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+from torch import Tensor
+
+from seq2seq.batching import Batch
+from seq2seq.checkpoint import KEY, inference_state
+from seq2seq.config import DataConfig, DecodeConfig, ModelConfig, OptimConfig
+from seq2seq.evaluation import score
+from seq2seq.loss import label_smoothed_loss
+from seq2seq.model import Transformer
+from seq2seq.tokenizer import PAD_ID, TranslationTokenizer
+from seq2seq.translate import Translator
+
+log = logging.getLogger(__name__)
+
+
+class NonFiniteLossError(RuntimeError):
+    """The loss became NaN/inf; training stops rather than corrupting the weights."""
+
+
+def inverse_sqrt_schedule(warmup_steps: int) -> Any:
+    """The paper's schedule as a multiplier of the peak LR: linear warmup, then 1/√step decay."""
+
+    def factor(step: int) -> float:
+        step = step + 1
+        return min(step / warmup_steps, math.sqrt(warmup_steps / step))
+
+    return factor
+
+
+class TranslationModule(pl.LightningModule):
+    """Trains a :class:`Transformer` with label-smoothed cross-entropy and scores it with BLEU/chrF."""
+
+    def __init__(
+        self,
+        model: dict,
+        optim: dict,
+        decode: dict,
+        data: dict,
+        src_vocab_size: int,
+        tgt_vocab_size: int,
+        skip_nonfinite: bool = False,
+        tokenizer: TranslationTokenizer | None = None,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters(ignore=["tokenizer"])
+        self.model_cfg = ModelConfig(**model)
+        self.optim_cfg = OptimConfig(**optim)
+        self.decode_cfg = DecodeConfig(**decode)
+        self.data_cfg = DataConfig(**data)
+        self.model = Transformer(self.model_cfg, src_vocab_size, tgt_vocab_size, PAD_ID)
+        self.tokenizer = tokenizer
+        self.skip_nonfinite = skip_nonfinite
+        self._step_started = time.perf_counter()
+        self.best_bleu = 0.0
+
+    def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
+        return self.model(src, tgt)
+
+    def _shared_step(self, batch: Batch, stage: str) -> Tensor:
+        logits = self.model(batch.src, batch.tgt_in)
+        loss_sum, nll_sum, n_tokens = label_smoothed_loss(logits, batch.tgt_out, self.optim_cfg.label_smoothing)
+        n = int(n_tokens)
+        loss, nll = loss_sum / n_tokens, nll_sum / n_tokens
+        correct = ((logits.argmax(-1) == batch.tgt_out) & (batch.tgt_out != PAD_ID)).sum()
+        on_step = stage == "train"
+        self.log(f"{stage}/loss", loss, batch_size=n, prog_bar=True, on_step=on_step, on_epoch=not on_step)
+        self.log(f"{stage}/nll", nll, batch_size=n, on_step=on_step, on_epoch=not on_step)
+        self.log(f"{stage}/ppl", nll.detach().exp(), batch_size=n, on_step=on_step, on_epoch=not on_step)
+        self.log(f"{stage}/acc", correct / n_tokens, batch_size=n, on_step=on_step, on_epoch=not on_step)
+        return loss
+
+    def training_step(self, batch: Batch, batch_idx: int) -> Tensor | None:
+        loss = self._shared_step(batch, "train")
+        if not torch.isfinite(loss):
+            if not self.skip_nonfinite:
+                raise NonFiniteLossError(
+                    f"non-finite loss ({loss.item()}) at step {self.global_step}; lower optim.lr, "
+                    "or set skip_nonfinite=true to skip such batches"
+                )
+            log.warning("skipping batch %d: non-finite loss at step %d", batch_idx, self.global_step)
+            return None
+        tokens = int((batch.src != PAD_ID).sum() + (batch.tgt_out != PAD_ID).sum())
+        now = time.perf_counter()
+        elapsed, self._step_started = now - self._step_started, now
+        self.log("train/tokens_per_s", tokens / max(elapsed, 1e-6), prog_bar=True, on_step=True, batch_size=1)
+        self.log("train/lr", self.optimizers().param_groups[0]["lr"], on_step=True, batch_size=1)
+        return loss
+
+    def on_train_batch_start(self, batch: Batch, batch_idx: int) -> None:
+        if batch_idx == 0:
+            self._step_started = time.perf_counter()
+
+    def validation_step(self, batch: Batch, batch_idx: int) -> None:
+        self._shared_step(batch, "val")
+
+    def on_validation_epoch_end(self) -> None:
+        """Decode the held-out sources with the same code as the evaluation command and score them."""
+        if self.trainer.sanity_checking or self.tokenizer is None or self.trainer.datamodule is None:
+            return
+        sources, references = self.trainer.datamodule.references("valid")
+        if not sources:
+            return
+        translator = Translator(self.model, self.tokenizer, self.decode_cfg, self.device)
+        scores = score(translator.translate(sources), references)
+        self.best_bleu = max(self.best_bleu, scores["bleu"])
+        self.log("val/bleu", scores["bleu"], prog_bar=True, sync_dist=False)
+        self.log("val/chrf", scores["chrf"], sync_dist=False)
+        self.log("hp/best_bleu", self.best_bleu, sync_dist=False)
+
+    def configure_optimizers(self) -> Any:
+        cfg = self.optim_cfg
+        optimizer = torch.optim.AdamW(
+            self.parameters(), lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay
+        )
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, inverse_sqrt_schedule(cfg.warmup_steps))
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        if self.tokenizer is None:
+            raise RuntimeError("attach the tokenizer before saving: checkpoints must be self-contained")
+        checkpoint[KEY] = inference_state(self.model_cfg, self.decode_cfg, self.data_cfg, self.tokenizer)
+        checkpoint[KEY]["best_bleu"] = self.best_bleu
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        meta = checkpoint.get(KEY, {})
+        if "tokenizer" in meta:
+            self.tokenizer = TranslationTokenizer.from_dict(meta["tokenizer"])
+        self.best_bleu = meta.get("best_bleu", 0.0)

@@ -1,0 +1,89 @@
+"""Masks, the attention function, and the multi-head attention module.
+
+Masks are boolean and True means "may attend"; they broadcast to (B, H, Tq, Tk).
+The explicit reference path exists so tests and attention plots can see the
+weights; training and decoding take PyTorch's fused SDPA kernel.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+def padding_mask(ids: Tensor, pad_id: int) -> Tensor:
+    """Key-column mask hiding pad tokens: (B, K) ids -> (B, 1, 1, K)."""
+    return (ids != pad_id)[:, None, None, :]
+
+
+def causal_mask(length: int, device: torch.device | None = None) -> Tensor:
+    """Look-ahead mask: position t sees keys <= t; the strict upper triangle is hidden. (T, T)."""
+    return torch.ones(length, length, dtype=torch.bool, device=device).tril()
+
+
+def reference_attention(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, dropout_p: float = 0.0
+) -> tuple[Tensor, Tensor]:
+    """softmax(QKᵀ/√d_k + mask)·V written out; returns (output, weights).
+
+    q: (B, H, Tq, Dh), k and v: (B, H, Tk, Dh) -> output (B, H, Tq, Dh), weights (B, H, Tq, Tk).
+    """
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, H, Tq, Tk)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    return F.dropout(weights, dropout_p) @ v, weights
+
+
+def fast_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, dropout_p: float = 0.0) -> Tensor:
+    """Same maths as :func:`reference_attention` through the fused SDPA kernel; no weights."""
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention for self-attention (``memory=None``) and cross-attention.
+
+    Queries come from ``x``; keys and values from ``memory`` when given, else from ``x``.
+    The key/value projection is one fused matmul, and :meth:`project_kv` is public so the
+    incremental decoder can compute cross-attention K/V once and grow a self-attention cache.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.n_heads = n_heads
+        self.dropout = dropout
+        self.q_proj = nn.Linear(d_model, d_model)
+        self.kv_proj = nn.Linear(d_model, 2 * d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+
+    def _split_heads(self, x: Tensor) -> Tensor:
+        b, t, d = x.shape
+        return x.view(b, t, self.n_heads, d // self.n_heads).transpose(1, 2)  # (B, H, T, D/H)
+
+    def project_kv(self, source: Tensor) -> tuple[Tensor, Tensor]:
+        """Keys and values of ``source`` (B, Tk, D), each (B, H, Tk, D/H)."""
+        k, v = self.kv_proj(source).chunk(2, dim=-1)  # 2 x (B, Tk, D)
+        return self._split_heads(k), self._split_heads(v)
+
+    def attend(
+        self, x: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, need_weights: bool = False
+    ) -> tuple[Tensor, Tensor | None]:
+        """Attend from queries ``x`` (B, Tq, D) over projected ``k``/``v``; returns (B, Tq, D) and weights."""
+        q = self._split_heads(self.q_proj(x))  # (B, H, Tq, D/H)
+        dropout_p = self.dropout if self.training else 0.0
+        if need_weights:
+            out, weights = reference_attention(q, k, v, mask, dropout_p)
+        else:
+            out, weights = fast_attention(q, k, v, mask, dropout_p), None
+        out = out.transpose(1, 2).flatten(2)  # (B, Tq, D): heads concatenated
+        return self.out_proj(out), weights
+
+    def forward(
+        self, x: Tensor, memory: Tensor | None = None, mask: Tensor | None = None, need_weights: bool = False
+    ) -> tuple[Tensor, Tensor | None]:
+        """Full (non-incremental) attention; ``mask`` broadcasts to (B, H, Tq, Tk)."""
+        k, v = self.project_kv(x if memory is None else memory)
+        return self.attend(x, k, v, mask, need_weights)

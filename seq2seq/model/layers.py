@@ -1,0 +1,130 @@
+"""Encoder and decoder layers: attention and feed-forward sublayers wrapped in Add & Norm."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from seq2seq.config import ModelConfig
+from seq2seq.model.attention import MultiHeadAttention
+
+
+class FeedForward(nn.Module):
+    """Position-wise FFN: Linear -> ReLU -> dropout -> Linear."""
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(), nn.Dropout(dropout), nn.Linear(d_ff, d_model))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.net(x)
+
+
+class AddNorm(nn.Module):
+    """Residual connection around a sublayer: post-norm as in the paper, or pre-norm."""
+
+    def __init__(self, d_model: int, dropout: float, norm_first: bool) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.norm_first = norm_first
+
+    def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
+        if self.norm_first:
+            return x + self.dropout(sublayer(self.norm(x)))
+        return self.norm(x + self.dropout(sublayer(x)))
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention -> Add & Norm -> FFN -> Add & Norm."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout)
+        self.attn_block = AddNorm(cfg.d_model, cfg.dropout, cfg.norm_first)
+        self.ffn_block = AddNorm(cfg.d_model, cfg.dropout, cfg.norm_first)
+
+    def forward(self, x: Tensor, src_mask: Tensor, weights: list[Tensor] | None = None) -> Tensor:
+        """x: (B, S, D); src_mask: (B, 1, 1, S). Appends attention weights to ``weights`` if given."""
+        x = self.attn_block(x, lambda h: _record(self.self_attn(h, mask=src_mask, need_weights=weights is not None), weights))
+        return self.ffn_block(x, self.ffn)
+
+
+@dataclass
+class LayerCache:
+    """One decoder layer's incremental state: growing self-attention K/V, fixed cross-attention K/V."""
+
+    self_k: Tensor  # (B, H, t, D/H)
+    self_v: Tensor  # (B, H, t, D/H)
+    cross_k: Tensor  # (B, H, S, D/H)
+    cross_v: Tensor  # (B, H, S, D/H)
+
+    def index_select(self, index: Tensor) -> LayerCache:
+        """Keep/reorder batch rows, e.g. to follow beams or drop finished sentences."""
+        return LayerCache(*(t.index_select(0, index) for t in (self.self_k, self.self_v, self.cross_k, self.cross_v)))
+
+
+class DecoderLayer(nn.Module):
+    """Masked self-attention -> Add & Norm -> cross-attention -> Add & Norm -> FFN -> Add & Norm."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
+        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout)
+        self.self_block = AddNorm(cfg.d_model, cfg.dropout, cfg.norm_first)
+        self.cross_block = AddNorm(cfg.d_model, cfg.dropout, cfg.norm_first)
+        self.ffn_block = AddNorm(cfg.d_model, cfg.dropout, cfg.norm_first)
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor,
+        tgt_mask: Tensor,
+        src_mask: Tensor,
+        weights: dict[str, list[Tensor]] | None = None,
+    ) -> Tensor:
+        """x: (B, T, D); memory: (B, S, D); tgt_mask: (B, 1, T, T); src_mask: (B, 1, 1, S)."""
+        want = weights is not None
+        self_w = weights["self"] if want else None
+        cross_w = weights["cross"] if want else None
+        x = self.self_block(x, lambda h: _record(self.self_attn(h, mask=tgt_mask, need_weights=want), self_w))
+        x = self.cross_block(
+            x, lambda h: _record(self.cross_attn(h, memory, mask=src_mask, need_weights=want), cross_w)
+        )
+        return self.ffn_block(x, self.ffn)
+
+    def start_cache(self, memory: Tensor) -> LayerCache:
+        """Empty self-attention cache plus cross-attention K/V, computed once per source."""
+        cross_k, cross_v = self.cross_attn.project_kv(memory)
+        empty = cross_k.new_empty(cross_k.size(0), cross_k.size(1), 0, cross_k.size(3))
+        return LayerCache(empty, empty, cross_k, cross_v)
+
+    def step(self, x: Tensor, cache: LayerCache, src_mask: Tensor) -> tuple[Tensor, LayerCache]:
+        """Decode one new position. x: (B, 1, D) -> (B, 1, D) and the grown cache.
+
+        The new token may attend to every cached position, so no causal mask is needed.
+        """
+        new_cache = LayerCache(cache.self_k, cache.self_v, cache.cross_k, cache.cross_v)
+
+        def self_attention(h: Tensor) -> Tensor:
+            k, v = self.self_attn.project_kv(h)  # (B, H, 1, D/H)
+            new_cache.self_k = torch.cat([cache.self_k, k], dim=2)
+            new_cache.self_v = torch.cat([cache.self_v, v], dim=2)
+            return self.self_attn.attend(h, new_cache.self_k, new_cache.self_v)[0]
+
+        x = self.self_block(x, self_attention)
+        x = self.cross_block(x, lambda h: self.cross_attn.attend(h, cache.cross_k, cache.cross_v, src_mask)[0])
+        return self.ffn_block(x, self.ffn), new_cache
+
+
+def _record(result: tuple[Tensor, Tensor | None], sink: list[Tensor] | None) -> Tensor:
+    """Return an attention output, appending its weights to ``sink`` when one is given."""
+    out, weights = result
+    if sink is not None and weights is not None:
+        sink.append(weights)
+    return out

@@ -1,0 +1,128 @@
+"""From a composed Hydra config to a trained, checkpointed model.
+
+``train.py`` is a thin ``@hydra.main`` around :func:`train`; tests call :func:`train` directly
+with a composed config, so both go through exactly the same code.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+from omegaconf import DictConfig, OmegaConf
+from pytorch_lightning.callbacks import EarlyStopping, LearningRateMonitor, ModelCheckpoint, RichProgressBar
+from pytorch_lightning.loggers import TensorBoardLogger
+
+from seq2seq.callbacks import AtomicCheckpointIO, ResumeDataOrder, SaveOnInterrupt
+from seq2seq.config import ConfigError, DataConfig, DecodeConfig, ModelConfig, OptimConfig, validated
+from seq2seq.datamodule import TranslationDataModule
+from seq2seq.lit_module import TranslationModule
+from seq2seq.monitoring import TensorBoardPanels
+
+log = logging.getLogger(__name__)
+
+MIN_FREE_BYTES = 200 * 2**20  # refuse to start with less free disk than a few checkpoints need
+
+
+def check_output_dir(path: Path) -> None:
+    """Fail before training, not at the first checkpoint, if the run directory is unusable."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".write-test"
+        probe.write_bytes(b"ok")
+        probe.unlink()
+    except OSError as err:
+        raise ConfigError(f"output_dir {path} is not writable: {err.strerror or err}") from err
+    free = shutil.disk_usage(path).free
+    if free < MIN_FREE_BYTES:
+        raise ConfigError(f"output_dir {path} has only {free / 2**20:.0f} MiB free; need {MIN_FREE_BYTES // 2**20}")
+
+
+def build_trainer(cfg: DictConfig, run_dir: Path) -> pl.Trainer:
+    """Lightning Trainer from ``cfg.trainer`` plus the callbacks every run needs."""
+    ckpt_dir = run_dir / "checkpoints"
+    callbacks: list[pl.Callback] = [
+        ModelCheckpoint(
+            dirpath=ckpt_dir,
+            filename="best",
+            monitor="val/bleu",
+            mode="max",
+            save_top_k=1,
+            save_last=True,
+            every_n_train_steps=cfg.checkpoint_every_n_steps or None,
+            auto_insert_metric_name=False,
+        ),
+        SaveOnInterrupt(ckpt_dir),
+        ResumeDataOrder(),
+        LearningRateMonitor(logging_interval="step"),
+    ]
+    if cfg.early_stopping_patience:
+        callbacks.append(EarlyStopping(monitor="val/bleu", mode="max", patience=cfg.early_stopping_patience))
+    loggers: list[Any] = []
+    if cfg.tensorboard:
+        loggers.append(TensorBoardLogger(str(run_dir), name="tensorboard", version="", default_hp_metric=False))
+        callbacks.append(TensorBoardPanels())
+    if cfg.progress_bar:
+        callbacks.append(RichProgressBar())
+    trainer_kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
+    try:
+        return pl.Trainer(
+            **trainer_kwargs,
+            default_root_dir=str(run_dir),
+            callbacks=callbacks,
+            logger=loggers or False,
+            enable_progress_bar=bool(cfg.progress_bar),
+            use_distributed_sampler=False,  # the token-budget sampler shards by rank itself
+            plugins=[AtomicCheckpointIO()],
+        )
+    except (TypeError, ValueError) as err:  # unknown or invalid trainer.* option
+        raise ConfigError(f"trainer: {err}") from err
+
+
+def train(cfg: DictConfig) -> dict[str, float]:
+    """Train as configured; returns the final logged metrics."""
+    model_cfg = validated(ModelConfig, cfg.model, "model")
+    data_cfg = validated(DataConfig, cfg.data, "data")
+    optim_cfg = validated(OptimConfig, cfg.optim, "optim")
+    decode_cfg = validated(DecodeConfig, cfg.decode, "decode")
+    if data_cfg.max_length + 2 > model_cfg.max_positions:
+        raise ConfigError(
+            f"data.max_length ({data_cfg.max_length}) + 2 exceeds model.max_positions ({model_cfg.max_positions})"
+        )
+    if cfg.ckpt_path is not None and not Path(cfg.ckpt_path).is_file():
+        raise ConfigError(f"ckpt_path: no checkpoint at {cfg.ckpt_path}")
+    run_dir = Path(cfg.output_dir)
+    check_output_dir(run_dir)
+    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    pl.seed_everything(cfg.seed, workers=True)
+    if torch.cuda.is_available():
+        torch.set_float32_matmul_precision("high")  # TF32 matmuls on Ampere+; no effect on CPU
+
+    datamodule = TranslationDataModule(data_cfg, seed=cfg.seed)
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+    datamodule.tokenizer.save(run_dir)
+    log.info("data: %s", datamodule.stats)
+
+    module = TranslationModule(
+        model=asdict(model_cfg),
+        optim=asdict(optim_cfg),
+        decode=asdict(decode_cfg),
+        data=asdict(data_cfg),
+        src_vocab_size=datamodule.tokenizer.src_vocab_size,
+        tgt_vocab_size=datamodule.tokenizer.tgt_vocab_size,
+        skip_nonfinite=cfg.skip_nonfinite,
+        tokenizer=datamodule.tokenizer,
+    )
+    n_params = sum(p.numel() for p in module.model.parameters())
+    log.info("model: %.2fM parameters; run directory: %s", n_params / 1e6, run_dir)
+    if cfg.compile:
+        module.model.compile()  # in place, so checkpoint keys stay unchanged
+    trainer = build_trainer(cfg, run_dir)
+    trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.ckpt_path)
+    return {name: float(value) for name, value in trainer.callback_metrics.items()}

@@ -1,0 +1,173 @@
+"""Strings in, translations out: the one path shared by the CLI, evaluation and validation.
+
+Inputs are stripped, tokenized and given EOS, sorted by length into token-budget batches,
+decoded with :func:`seq2seq.decoding.generate`, and returned in input order. Streams are
+read in chunks of :data:`CHUNK_LINES` lines, so a huge file never sits in memory. Empty and
+whitespace-only inputs translate to "" and line breaks in outputs become spaces, so outputs
+stay aligned with inputs line for line. An input longer than the model's positional table
+is cut to fit, with a warning the first time.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, replace
+from itertools import islice
+from pathlib import Path
+
+import torch
+
+from seq2seq.checkpoint import load_model
+from seq2seq.config import DecodeConfig
+from seq2seq.decoding import Hypothesis, generate
+from seq2seq.model import Transformer
+from seq2seq.tokenizer import EOS_ID, PAD_ID, TranslationTokenizer
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BATCH_TOKENS = 4096  # padded source tokens per batch (beam search decodes beam_size rows for each)
+CHUNK_LINES = 10_000  # lines read, sorted and decoded together when streaming
+
+
+@dataclass(frozen=True)
+class Translation:
+    """One hypothesis as text, with its length-normalised log-probability."""
+
+    text: str
+    score: float
+
+
+def resolve_device(name: str | torch.device) -> torch.device:
+    """ "auto" -> the GPU when there is one, else the CPU; an unavailable GPU is an error, not a fallback."""
+    if str(name) == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {name!r} requested but no CUDA GPU is available; use 'cpu' or 'auto'")
+    return device
+
+
+def _pad(rows: list[list[int]], device: torch.device) -> torch.Tensor:
+    out = torch.full((len(rows), max(map(len, rows))), PAD_ID, dtype=torch.long)  # (B, S)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = torch.tensor(row, dtype=torch.long)
+    return out.to(device)
+
+
+def _one_line(text: str) -> str:
+    """Byte-level BPE can emit line breaks; one output line per input line needs them gone."""
+    return text.replace("\r", " ").replace("\n", " ")
+
+
+def token_budget_batches(lengths: list[int], batch_tokens: int) -> Iterator[list[int]]:
+    """Indices of the non-empty inputs, sorted by length, packed so size × longest <= batch_tokens.
+
+    Sorting keeps padding low; an input longer than the budget gets a batch of its own.
+    """
+    order = sorted((i for i, n in enumerate(lengths) if n), key=lambda i: lengths[i])
+    batch: list[int] = []
+    for i in order:
+        if batch and (len(batch) + 1) * lengths[i] > batch_tokens:
+            yield batch
+            batch = []
+        batch.append(i)
+    if batch:
+        yield batch
+
+
+class Translator:
+    """A model, its tokenizer and decoding settings, ready to turn strings into translations."""
+
+    def __init__(
+        self,
+        model: Transformer,
+        tokenizer: TranslationTokenizer,
+        decode_cfg: DecodeConfig,
+        device: str | torch.device = "cpu",
+        batch_tokens: int = DEFAULT_BATCH_TOKENS,
+    ) -> None:
+        self.device = torch.device(device)
+        self.model = model.to(self.device).eval()
+        self.tokenizer = tokenizer
+        self.decode_cfg = decode_cfg
+        self.batch_tokens = batch_tokens
+        self._warned_truncation = False
+
+    @classmethod
+    def from_checkpoint(
+        cls, path: str | Path, device: str = "auto", batch_tokens: int = DEFAULT_BATCH_TOKENS
+    ) -> Translator:
+        """Load a checkpoint onto ``device`` ("cpu", "cuda" or "auto") with its own decoding settings."""
+        target = resolve_device(device)
+        loaded = load_model(path, map_location=target)
+        return cls(loaded.model, loaded.tokenizer, loaded.decode_config, target, batch_tokens)
+
+    def settings(self, beam: int | None = None, nbest: int | None = None) -> DecodeConfig:
+        """The decoding config with ``beam``/``nbest`` overridden (nbest is capped by a smaller beam)."""
+        if beam is None and nbest is None:
+            return self.decode_cfg
+        beam = self.decode_cfg.beam_size if beam is None else beam
+        nbest = min(self.decode_cfg.nbest, beam) if nbest is None else nbest
+        return replace(self.decode_cfg, beam_size=beam, nbest=nbest)
+
+    def encode(self, texts: list[str]) -> list[list[int]]:
+        """Source ids + EOS per text, cut to the model's max positions; [] for a blank text."""
+        stripped = [text.strip() for text in texts]
+        limit = self.model.cfg.max_positions - 1  # room for EOS
+        encoded = []
+        for ids in self.tokenizer.encode_source(stripped):
+            if len(ids) > limit and not self._warned_truncation:
+                log.warning(
+                    "input of %d tokens cut to model.max_positions=%d (warned once)", len(ids) + 1, limit + 1
+                )
+                self._warned_truncation = True
+            encoded.append([*ids[:limit], EOS_ID] if ids else [])
+        return encoded
+
+    def search(self, sources: list[list[int]], cfg: DecodeConfig) -> list[list[Hypothesis]]:
+        """Decode one batch of encoded sources (non-empty, from :meth:`encode`)."""
+        return generate(self.model, _pad(sources, self.device), cfg)
+
+    def _translate_chunk(
+        self, texts: list[str], cfg: DecodeConfig, batch_tokens: int
+    ) -> list[list[Translation]]:
+        sources = self.encode(texts)
+        results = [[Translation("", 0.0)] for _ in texts]  # what blank inputs keep
+        for batch in token_budget_batches([len(ids) for ids in sources], batch_tokens):
+            hypotheses = self.search([sources[i] for i in batch], cfg)
+            texts_out = iter(self.tokenizer.decode_target([h.tokens for hyps in hypotheses for h in hyps]))
+            for i, hyps in zip(batch, hypotheses, strict=True):
+                results[i] = [Translation(_one_line(next(texts_out)), h.score) for h in hyps]
+        return results
+
+    def translate_stream_nbest(
+        self,
+        lines: Iterable[str],
+        batch_tokens: int | None = None,
+        beam: int | None = None,
+        nbest: int | None = None,
+    ) -> Iterator[list[Translation]]:
+        """Lazily translate ``lines``, yielding each line's n-best list (best first) in input order."""
+        cfg = self.settings(beam, nbest)
+        budget = batch_tokens or self.batch_tokens
+        iterator = iter(lines)
+        while chunk := list(islice(iterator, CHUNK_LINES)):
+            yield from self._translate_chunk(chunk, cfg, budget)
+
+    def translate_stream(
+        self, lines: Iterable[str], batch_tokens: int | None = None, beam: int | None = None
+    ) -> Iterator[str]:
+        """Lazily translate ``lines`` one output string per input line, in input order."""
+        for translations in self.translate_stream_nbest(lines, batch_tokens, beam, nbest=1):
+            yield translations[0].text
+
+    def translate_nbest(
+        self, texts: list[str], beam: int | None = None, nbest: int | None = None
+    ) -> list[list[Translation]]:
+        """The ``nbest`` best translations of each text with their scores, best first."""
+        return list(self.translate_stream_nbest(texts, beam=beam, nbest=nbest))
+
+    def translate(self, texts: list[str], beam: int | None = None) -> list[str]:
+        """The best translation of each text."""
+        return list(self.translate_stream(texts, beam=beam))

@@ -1,0 +1,119 @@
+"""End to end on the tiny fixture: splits, tokenizer cache, batches, references."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from seq2seq.config import DataConfig
+from seq2seq.datamodule import TranslationDataModule
+from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID
+
+
+@pytest.fixture
+def datamodule(tiny_data_cfg: DataConfig) -> TranslationDataModule:
+    dm = TranslationDataModule(tiny_data_cfg, seed=0)
+    dm.prepare_data()
+    dm.setup("fit")
+    return dm
+
+
+def test_splits_and_stats(datamodule: TranslationDataModule) -> None:
+    splits = datamodule.splits
+    assert set(splits) == {"train", "valid", "test"}
+    assert set(splits["train"].column_names) >= {"src", "tgt", "src_ids", "tgt_ids"}
+    stats = datamodule.stats
+    assert stats["malformed_lines"] == 0
+    kept = stats["train_pairs"] + stats["valid_pairs"] + stats["test_pairs"]
+    assert kept + stats["too_long_pairs"] == 300 and kept == sum(len(s) for s in splits.values())
+    assert datamodule.tokenizer.src_vocab_size <= 300
+
+
+def test_train_batch_shapes_and_specials(
+    datamodule: TranslationDataModule, tiny_data_cfg: DataConfig
+) -> None:
+    loader = datamodule.train_dataloader()
+    batches = list(loader)
+    assert len(batches) == len(loader)
+    assert sum(len(b.src) for b in batches) == datamodule.stats["train_pairs"]
+    src, tgt_in, tgt_out = batches[0]
+    assert src.dtype == torch.long and tgt_in.shape == tgt_out.shape and len(src) == len(tgt_in)
+    assert max(src.numel(), tgt_in.numel()) <= tiny_data_cfg.max_tokens
+    assert torch.all(tgt_in[:, 0] == BOS_ID)
+    assert torch.all((tgt_out == EOS_ID).sum(1) == 1) and torch.all((src == EOS_ID).sum(1) == 1)
+    assert torch.equal((tgt_in != PAD_ID).sum(1), (tgt_out != PAD_ID).sum(1))
+    shifted = tgt_in[:, 1:] != PAD_ID
+    assert torch.equal(tgt_in[:, 1:][shifted], tgt_out[:, :-1][shifted])  # teacher forcing shift
+    first = datamodule.tokenizer.decode_target(tgt_out[:1].tolist())[0]
+    assert first in datamodule.splits["train"]["tgt"][:]
+
+
+def test_eval_loaders_cover_their_split(datamodule: TranslationDataModule) -> None:
+    for name, loader in (("valid", datamodule.val_dataloader()), ("test", datamodule.test_dataloader())):
+        assert sum(len(batch.src) for batch in loader) == len(datamodule.splits[name])
+
+
+def test_second_setup_reuses_the_cached_tokenizer(
+    datamodule: TranslationDataModule, tiny_data_cfg: DataConfig, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tokenizer_file,) = (datamodule.cache_dir).glob("tokenizer-*/tokenizer.json")
+    written = tokenizer_file.stat().st_mtime_ns
+    again = TranslationDataModule(tiny_data_cfg, seed=0)
+    with caplog.at_level(logging.INFO, logger="seq2seq.data"):
+        again.prepare_data()
+        again.setup("fit")
+    assert not [r for r in caplog.records if "training" in r.getMessage()]
+    assert tokenizer_file.stat().st_mtime_ns == written
+    assert again.tokenizer.to_dict() == datamodule.tokenizer.to_dict()
+    assert again.splits["train"]["src_ids"][:] == datamodule.splits["train"]["src_ids"][:]
+
+
+def test_tokenizer_cache_follows_config(datamodule: TranslationDataModule, tiny_data_cfg: DataConfig) -> None:
+    separate = TranslationDataModule(replace(tiny_data_cfg, shared_vocab=False, vocab_size=280))
+    separate.setup("fit")
+    assert not separate.tokenizer.shared and separate.tokenizer.tgt_vocab_size == 280
+    assert len(list(datamodule.cache_dir.glob("tokenizer-*"))) == 2
+
+
+def test_references_are_grouped(datamodule: TranslationDataModule) -> None:
+    sources, refs = datamodule.references("valid")
+    assert len(sources) == len(set(sources)) == len(refs) == 12
+    assert sum(map(len, refs)) == len(datamodule.splits["valid"])
+    train_sources = set(datamodule.splits["train"]["src"][:])
+    assert not train_sources & set(sources)
+
+
+def test_too_long_pairs_are_dropped(tiny_data_cfg: DataConfig) -> None:
+    dm = TranslationDataModule(replace(tiny_data_cfg, max_length=8))
+    dm.setup("fit")
+    assert dm.stats["too_long_pairs"] > 0
+    kept = sum(len(split) for split in dm.splits.values())
+    assert kept + dm.stats["too_long_pairs"] == 300
+    for split in dm.splits.values():
+        assert all(len(ids) <= 8 for ids in split["src_ids"][:] + split["tgt_ids"][:])
+
+
+def test_worker_loader_matches_in_process(tiny_data_cfg: DataConfig) -> None:
+    in_process = TranslationDataModule(tiny_data_cfg)
+    in_process.setup("fit")
+    workers = TranslationDataModule(replace(tiny_data_cfg, num_workers=1))
+    workers.setup("fit")
+    loader = workers.val_dataloader()
+    assert loader.persistent_workers
+    for a, b in zip(in_process.val_dataloader(), loader, strict=True):
+        assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+
+
+def test_ranks_of_an_attached_trainer_get_disjoint_shards(datamodule: TranslationDataModule) -> None:
+    seen = []
+    for rank in range(2):
+        datamodule.trainer = SimpleNamespace(world_size=2, global_rank=rank)
+        sampler = datamodule.train_dataloader().batch_sampler
+        assert (sampler.rank, sampler.world_size) == (rank, 2)
+        seen.append([i for batch in sampler for i in batch])
+    assert not set(seen[0]) & set(seen[1])
+    assert sorted(seen[0] + seen[1]) == list(range(len(datamodule.splits["train"])))

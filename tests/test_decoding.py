@@ -1,0 +1,168 @@
+"""Decoding equivalences: cached vs full, batched vs one-by-one, beam 1 vs greedy, and length limits."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from seq2seq.config import DecodeConfig, ModelConfig
+from seq2seq.decoding import Hypothesis, beam_search, generate, greedy_search
+from seq2seq.model import Transformer
+from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID
+
+VOCAB = 24
+SOURCES = [[5, 6, 7], [8, 9, 10, 11, 12, 13], [14, 15], [16, 17, 18, 19, 20], [21, 22, 23, 4], [6]]
+
+
+def _pad(rows: list[list[int]]) -> torch.Tensor:
+    out = torch.full((len(rows), max(map(len, rows))), PAD_ID, dtype=torch.long)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = torch.tensor(row)
+    return out
+
+
+def _target(source: list[int]) -> list[int]:
+    """Reverse the source: output lengths differ per sentence, so early finishing is exercised."""
+    return source[::-1]
+
+
+def _model(seed: int) -> Transformer:
+    torch.manual_seed(seed)
+    cfg = ModelConfig(d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=2, d_ff=64, dropout=0.0)
+    return Transformer(cfg, VOCAB, VOCAB, PAD_ID)
+
+
+@pytest.fixture(scope="module")
+def trained() -> Transformer:
+    """A tiny model taught to reverse a handful of id sequences (40 steps, a few seconds on CPU)."""
+    model = _model(0)
+    src = _pad([[*s, EOS_ID] for s in SOURCES])
+    tgt_in = _pad([[BOS_ID, *_target(s)] for s in SOURCES])
+    tgt_out = _pad([[*_target(s), EOS_ID] for s in SOURCES])
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for _ in range(40):
+        logits = model(src, tgt_in)
+        loss = F.cross_entropy(logits.view(-1, VOCAB), tgt_out.view(-1), ignore_index=PAD_ID)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def untrained() -> Transformer:
+    """Random weights: outputs rarely end early, so they run into the length limits."""
+    return _model(1).eval()
+
+
+def _src() -> torch.Tensor:
+    return _pad([[*s, EOS_ID] for s in SOURCES])
+
+
+def _tokens(hypotheses: list[list[Hypothesis]]) -> list[list[list[int]]]:
+    return [[h.tokens for h in sentence] for sentence in hypotheses]
+
+
+def _assert_same(a: list[list[Hypothesis]], b: list[list[Hypothesis]]) -> None:
+    assert _tokens(a) == _tokens(b)
+    for sentence_a, sentence_b in zip(a, b, strict=True):
+        assert [h.score for h in sentence_a] == pytest.approx([h.score for h in sentence_b], abs=1e-4)
+
+
+def test_trained_model_decodes_its_targets(trained: Transformer) -> None:
+    for beam in (1, 3):
+        out = generate(trained, _src(), DecodeConfig(beam_size=beam))
+        assert [sentence[0].tokens for sentence in out] == [_target(s) for s in SOURCES]
+
+
+@pytest.mark.parametrize("name", ["trained", "untrained"])
+def test_cached_greedy_equals_full_recomputation(name: str, request: pytest.FixtureRequest) -> None:
+    model = request.getfixturevalue(name)
+    cfg = DecodeConfig(max_len_a=1.0, max_len_b=4)
+    cached = greedy_search(model, _src(), cfg)
+    _assert_same(cached, greedy_search(model, _src(), cfg, cached=False))
+    assert any(sentence[0].tokens for sentence in cached)
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+@pytest.mark.parametrize("name", ["trained", "untrained"])
+def test_batched_equals_one_by_one(name: str, beam: int, request: pytest.FixtureRequest) -> None:
+    model = request.getfixturevalue(name)
+    cfg = DecodeConfig(beam_size=beam, nbest=beam, max_len_a=1.0, max_len_b=3)
+    batched = generate(model, _src(), cfg)
+    alone = [generate(model, _pad([[*s, EOS_ID]]), cfg)[0] for s in SOURCES]
+    _assert_same(batched, alone)
+    assert any(h.tokens for sentence in batched for h in sentence)
+
+
+@pytest.mark.parametrize("name", ["trained", "untrained"])
+def test_beam_of_one_is_greedy(name: str, request: pytest.FixtureRequest) -> None:
+    model = request.getfixturevalue(name)
+    cfg = DecodeConfig(max_len_a=1.0, max_len_b=3)
+    _assert_same(beam_search(model, _src(), cfg), greedy_search(model, _src(), cfg))
+
+
+@pytest.mark.parametrize("nbest", [1, 3, 5])
+def test_nbest_count_and_order(untrained: Transformer, nbest: int) -> None:
+    out = generate(untrained, _src(), DecodeConfig(beam_size=5, nbest=nbest))
+    for sentence in out:
+        assert len(sentence) == nbest
+        scores = [h.score for h in sentence]
+        assert scores == sorted(scores, reverse=True)
+        assert len({tuple(h.tokens) for h in sentence}) == nbest
+
+
+def test_wider_beam_finds_no_worse_best_score(untrained: Transformer) -> None:
+    greedy = generate(untrained, _src(), DecodeConfig())
+    beam = generate(untrained, _src(), DecodeConfig(beam_size=6))
+    assert all(b[0].score >= g[0].score - 1e-5 for b, g in zip(beam, greedy, strict=True))
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_max_length_is_respected(untrained: Transformer, beam: int) -> None:
+    cfg = DecodeConfig(beam_size=beam, nbest=beam, max_len_a=0.5, max_len_b=1)
+    out = generate(untrained, _src(), cfg)
+    limits = [int(0.5 * (len(s) + 1)) + 1 for s in SOURCES]  # a·(tokens + EOS) + b
+    assert all(len(h.tokens) <= limit for sentence, limit in zip(out, limits, strict=True) for h in sentence)
+    # random weights rarely emit EOS, so every sentence runs into its own limit
+    assert [max(len(h.tokens) for h in sentence) for sentence in out] == limits
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_min_length_is_respected(trained: Transformer, beam: int) -> None:
+    cfg = DecodeConfig(beam_size=beam, nbest=beam, min_len=5, max_len_a=0.0, max_len_b=8)
+    out = generate(trained, _src(), cfg)
+    assert all(len(h.tokens) >= 5 for sentence in out for h in sentence)
+    forced = replace(cfg, min_len=8)
+    assert all(len(h.tokens) == 8 for sentence in generate(trained, _src(), forced) for h in sentence)
+
+
+def test_sampling_top1_is_greedy_and_seeded_sampling_repeats(untrained: Transformer) -> None:
+    greedy = generate(untrained, _src(), DecodeConfig())
+    _assert_same(generate(untrained, _src(), DecodeConfig(sampling=True, top_k=1)), greedy)
+    cfg = DecodeConfig(sampling=True, temperature=1.5)
+    torch.manual_seed(3)
+    first = generate(untrained, _src(), cfg)
+    torch.manual_seed(3)
+    assert _tokens(generate(untrained, _src(), cfg)) == _tokens(first)
+
+
+def test_encoder_and_cross_attention_run_once(trained: Transformer, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = {"encode": 0, "cross_kv": 0}
+    encode, project_kv = trained.encode, type(trained.decoder_layers[0].cross_attn).project_kv
+
+    def counting_encode(*args, **kwargs):
+        calls["encode"] += 1
+        return encode(*args, **kwargs)
+
+    def counting_project_kv(self, source):
+        calls["cross_kv"] += any(self is layer.cross_attn for layer in trained.decoder_layers)
+        return project_kv(self, source)
+
+    monkeypatch.setattr(trained, "encode", counting_encode)
+    monkeypatch.setattr(type(trained.decoder_layers[0].cross_attn), "project_kv", counting_project_kv)
+    generate(trained, _src(), DecodeConfig(beam_size=3))
+    assert calls == {"encode": 1, "cross_kv": len(trained.decoder_layers)}

@@ -1,0 +1,152 @@
+"""Transformer invariants: padding, causality, positions, and cached == full decoding."""
+
+import math
+
+import pytest
+import torch
+
+from seq2seq.config import ModelConfig
+from seq2seq.model import Transformer
+from seq2seq.model.transformer import sinusoidal_table
+
+PAD = 0
+VOCAB = 40
+
+
+def tiny_model(**overrides) -> Transformer:
+    torch.manual_seed(0)
+    cfg = ModelConfig(
+        d_model=16, n_heads=2, n_encoder_layers=2, n_decoder_layers=2, d_ff=32, dropout=0.0, max_positions=32
+    )
+    for key, value in overrides.items():
+        setattr(cfg, key, value)
+    return Transformer(cfg, VOCAB, VOCAB, PAD).eval()
+
+
+def batch() -> tuple[torch.Tensor, torch.Tensor]:
+    src = torch.tensor([[5, 6, 7, 8, 2, PAD, PAD], [9, 10, 11, 12, 13, 14, 2]])
+    tgt = torch.tensor([[1, 15, 16, 17, PAD], [1, 18, 19, 20, 21]])
+    return src, tgt
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_encoder_ignores_pad_content_in_every_layer(norm_first):
+    model = tiny_model(norm_first=norm_first)
+    src, _ = batch()
+    memory, _ = model.encode(src)
+    # Give the pad token a wild embedding: real positions must not notice, in any layer.
+    with torch.no_grad():
+        model.src_embed.tokens.weight[PAD] = 50 * torch.randn(16)
+    memory2, _ = model.encode(src)
+    torch.testing.assert_close(memory[0, :5], memory2[0, :5])
+    torch.testing.assert_close(memory[1], memory2[1])
+
+
+def test_extra_padding_changes_nothing_at_real_positions():
+    model = tiny_model()
+    src, tgt = batch()
+    logits = model(src, tgt)
+    longer_src = torch.cat([src, torch.full((2, 3), PAD)], dim=1)
+    longer_tgt = torch.cat([tgt, torch.full((2, 2), PAD)], dim=1)
+    logits2 = model(longer_src, longer_tgt)
+    torch.testing.assert_close(logits[0, :4], logits2[0, :4])
+    torch.testing.assert_close(logits[1], logits2[1, :5])
+
+
+def test_cross_attention_ignores_source_pad_content():
+    model = tiny_model()
+    src, tgt = batch()
+    memory, src_mask = model.encode(src)
+    logits = model.decode(tgt, memory, src_mask)
+    memory2 = memory.clone()
+    memory2[0, 5:] = 100 * torch.randn(2, 16)  # encoder output at source pad positions
+    logits2 = model.decode(tgt, memory2, src_mask)
+    torch.testing.assert_close(logits[:, :4], logits2[:, :4])
+
+
+def test_decoder_ignores_target_pad_content():
+    model = tiny_model(tie_embeddings=False)  # tied, the pad row is also an output-projection row
+    src, tgt = batch()
+    logits = model(src, tgt)
+    with torch.no_grad():
+        model.tgt_embed.tokens.weight[PAD] = 50 * torch.randn(16)
+    torch.testing.assert_close(logits[0, :4], model(src, tgt)[0, :4])
+
+
+@pytest.mark.parametrize("t", [0, 1, 3])
+def test_decoder_is_causal(t):
+    model = tiny_model()
+    src, tgt = batch()
+    logits = model(src, tgt)
+    changed = tgt.clone()
+    changed[:, t + 1 :] = torch.randint(3, VOCAB, changed[:, t + 1 :].shape)
+    logits2 = model(src, changed)
+    torch.testing.assert_close(logits[:, : t + 1], logits2[:, : t + 1])
+    assert not torch.allclose(logits[1, t + 1 :], logits2[1, t + 1 :])  # later positions do see the change
+
+
+def test_sinusoidal_table_matches_formula():
+    d = 16
+    table = sinusoidal_table(50, d)
+    for pos in (0, 1, 7, 49):
+        for i in (0, 3, 7):
+            angle = pos / 10000 ** (2 * i / d)
+            assert table[pos, 2 * i].item() == pytest.approx(math.sin(angle), abs=1e-5)
+            assert table[pos, 2 * i + 1].item() == pytest.approx(math.cos(angle), abs=1e-5)
+
+
+def test_position_beyond_max_fails_clearly():
+    model = tiny_model()
+    with pytest.raises(ValueError, match="max_positions=32"):
+        model.encode(torch.ones(1, 33, dtype=torch.long))
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("learned_positions", [False, True])
+def test_cached_step_equals_full_decoder(norm_first, learned_positions):
+    model = tiny_model(norm_first=norm_first, learned_positions=learned_positions)
+    if learned_positions:
+        torch.nn.init.normal_(model.tgt_embed.positions)
+    src, tgt = batch()
+    tgt[0, 4] = 22  # no padding inside the prefix fed step by step
+    memory, src_mask = model.encode(src)
+    full = model.decode(tgt, memory, src_mask)
+    cache = model.start_cache(memory, src_mask)
+    steps = []
+    for t in range(tgt.size(1)):
+        logits, cache = model.step(tgt[:, t], cache)
+        steps.append(logits)
+    torch.testing.assert_close(torch.stack(steps, dim=1), full, atol=1e-5, rtol=1e-5)
+
+
+def test_cache_index_select_follows_rows():
+    model = tiny_model()
+    src, tgt = batch()
+    memory, src_mask = model.encode(src)
+    cache = model.start_cache(memory, src_mask)
+    _, cache = model.step(tgt[:, 0], cache)
+    swapped = cache.index_select(torch.tensor([1, 0]))
+    logits, _ = model.step(tgt[:, 1].flip(0), swapped)
+    expected, _ = model.step(tgt[:, 1], cache)
+    torch.testing.assert_close(logits, expected.flip(0))
+
+
+def test_tied_embeddings_share_one_matrix():
+    model = tiny_model()
+    assert model.generator.weight is model.src_embed.tokens.weight is model.tgt_embed.tokens.weight
+    untied = tiny_model(tie_embeddings=False)
+    assert untied.generator.weight is not untied.src_embed.tokens.weight
+
+
+def test_tying_needs_a_shared_vocabulary():
+    with pytest.raises(ValueError, match="shared vocabulary"):
+        Transformer(ModelConfig(d_model=16, n_heads=2), 40, 50, PAD)
+
+
+def test_attention_maps_have_one_entry_per_layer():
+    model = tiny_model()
+    src, tgt = batch()
+    maps = model.attention_maps(src, tgt)
+    assert [len(maps[k]) for k in ("encoder", "decoder_self", "cross")] == [2, 2, 2]
+    assert maps["cross"][0].shape == (2, 2, 5, 7)
+    assert (maps["decoder_self"][0][1].triu(1) == 0).all()  # nothing above the diagonal

@@ -1,0 +1,124 @@
+"""End to end through the real Hydra config: train, validate with BLEU, checkpoint, resume, decode."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from seq2seq.checkpoint import read_checkpoint
+from seq2seq.cli_translate import main as translate_main
+from seq2seq.config import ConfigError
+from seq2seq.training import train
+from seq2seq.translate import Translator
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def tiny_config(tmp_path: Path, *overrides: str):
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+        return compose(
+            "train",
+            overrides=[
+                "experiment=tiny",
+                f"output_dir={tmp_path / 'run'}",
+                f"data.cache_dir={tmp_path / 'cache'}",
+                *overrides,
+            ],
+        )
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory) -> Path:
+    tmp_path = tmp_path_factory.mktemp("train")
+    train(tiny_config(tmp_path))
+    return tmp_path / "run"
+
+
+def test_run_directory_holds_config_tokenizer_checkpoints_and_logs(trained_run):
+    assert (trained_run / "config.yaml").is_file()
+    assert (trained_run / "tokenizer.json").is_file()
+    assert (trained_run / "checkpoints" / "best.ckpt").is_file()
+    assert (trained_run / "checkpoints" / "last.ckpt").is_file()
+    assert list((trained_run / "tensorboard").glob("events.out.tfevents.*"))
+
+
+def test_tensorboard_has_scalars_text_and_attention_images(trained_run):
+    events = EventAccumulator(str(trained_run / "tensorboard"), size_guidance={"images": 0, "tensors": 0})
+    events.Reload()
+    tags = events.Tags()
+    for scalar in ("train/loss", "train/ppl", "train/acc", "train/lr", "train/tokens_per_s", "val/loss"):
+        assert scalar in tags["scalars"], scalar
+    for scalar in ("val/ppl", "val/bleu", "val/chrf", "hp/best_bleu"):
+        assert scalar in tags["scalars"], scalar
+    assert "val/samples/text_summary" in tags["tensors"]
+    assert {"attention/encoder_self", "attention/decoder_self", "attention/cross"} <= set(tags["images"])
+
+
+def test_checkpoint_is_self_contained_and_translates(trained_run):
+    checkpoint = read_checkpoint(trained_run / "checkpoints" / "best.ckpt")
+    assert {"model_config", "tokenizer", "decode_config", "data_config"} <= set(checkpoint["seq2seq"])
+    translator = Translator.from_checkpoint(trained_run / "checkpoints" / "best.ckpt", device="cpu")
+    outputs = translator.translate(["How are you?", "I like coffee."])
+    assert len(outputs) == 2 and all(isinstance(o, str) for o in outputs)
+
+
+def test_validation_bleu_equals_the_evaluation_command(trained_run, capsys):
+    checkpoint = read_checkpoint(trained_run / "checkpoints" / "best.ckpt")
+    logged = checkpoint["seq2seq"]["best_bleu"]
+    assert translate_main(["--ckpt", str(trained_run / "checkpoints" / "best.ckpt"), "--eval", "valid"]) == 0
+    printed = capsys.readouterr().out
+    assert f"BLEU = {logged:.2f}" in printed or f"BLEU: {logged:.2f}" in printed, printed
+
+
+def test_resume_continues_the_step_count(tmp_path):
+    train(tiny_config(tmp_path, "trainer.max_epochs=1"))
+    last = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    steps_one_epoch = torch.load(last, weights_only=True)["global_step"]
+    assert steps_one_epoch > 0
+    train(tiny_config(tmp_path, "trainer.max_epochs=2", f"ckpt_path={last}"))
+    assert torch.load(last, weights_only=True)["global_step"] == 2 * steps_one_epoch
+
+
+def test_invalid_override_fails_before_training(tmp_path):
+    with pytest.raises(ConfigError, match="model.d_model"):
+        train(tiny_config(tmp_path, "model.d_model=33"))
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_cli_invalid_override_prints_one_line(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "train.py", "experiment=tiny", "model.n_heads=3", f"hydra.run.dir={tmp_path}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode != 0
+    assert "model.d_model (32) must be divisible by model.n_heads (3)" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.slow
+def test_ddp_on_two_cpu_processes(tmp_path):
+    result = subprocess.run(
+        [
+            sys.executable,
+            "train.py",
+            "experiment=tiny",
+            "trainer=ddp",
+            "trainer.accelerator=cpu",
+            "trainer.devices=2",
+            "trainer.max_epochs=1",
+            f"data.cache_dir={tmp_path / 'cache'}",
+            f"hydra.run.dir={tmp_path / 'run'}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (tmp_path / "run" / "checkpoints" / "last.ckpt").is_file()

@@ -1,0 +1,230 @@
+"""The translate CLI, the Translator and evaluation, on a real tiny checkpoint file."""
+
+from __future__ import annotations
+
+import io
+import itertools
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from seq2seq import translate as translate_module
+from seq2seq.checkpoint import inference_state, load_model
+from seq2seq.cli_translate import main
+from seq2seq.config import DataConfig, DecodeConfig, ModelConfig
+from seq2seq.evaluation import reference_streams, score
+from seq2seq.model import Transformer
+from seq2seq.tokenizer import PAD_ID, TranslationTokenizer
+from seq2seq.translate import Translator
+
+REPO = Path(__file__).resolve().parent.parent
+CORPUS = REPO / "tests" / "fixtures" / "tiny.tsv"
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A checkpoint with a real tokenizer and random weights, saved as training saves one."""
+    tmp = tmp_path_factory.mktemp("ckpt")
+    pairs = [line.split("\t") for line in CORPUS.read_text(encoding="utf-8").splitlines()]
+    tokenizer = TranslationTokenizer.train(
+        (s for s, _ in pairs), (t for _, t in pairs), vocab_size=300, shared=True
+    )
+    torch.manual_seed(0)
+    model_cfg = ModelConfig(
+        d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=2, d_ff=64, max_positions=64
+    )
+    model = Transformer(model_cfg, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, PAD_ID)
+    data_cfg = DataConfig(
+        path=str(CORPUS),
+        valid_size=12,
+        test_size=12,
+        vocab_size=300,
+        max_tokens=512,
+        cache_dir=str(tmp / "cache"),
+    )
+    decode_cfg = DecodeConfig(beam_size=2, max_len_a=1.0, max_len_b=4, min_len=1)  # min_len: never ""
+    path = tmp / "tiny.ckpt"
+    state = {f"model.{name}": tensor for name, tensor in model.state_dict().items()}
+    torch.save(
+        {"state_dict": state, "seq2seq": inference_state(model_cfg, decode_cfg, data_cfg, tokenizer)}, path
+    )
+    return path
+
+
+@pytest.fixture(scope="module")
+def translator(checkpoint: Path) -> Translator:
+    return Translator.from_checkpoint(checkpoint, device="cpu")
+
+
+def _run(capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, list[str], str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out.splitlines(), captured.err
+
+
+def test_sentences_on_the_command_line(checkpoint: Path, translator: Translator, capsys) -> None:
+    code, lines, _ = _run(
+        capsys, "--ckpt", str(checkpoint), "--device", "cpu", "How are you?", "I like coffee."
+    )
+    assert code == 0
+    assert lines == translator.translate(["How are you?", "I like coffee."])
+    assert all(lines)
+
+
+def test_stdin_keeps_blank_lines_aligned(
+    checkpoint: Path, translator: Translator, capsys, monkeypatch
+) -> None:
+    monkeypatch.setattr(sys, "stdin", io.StringIO("How are you?\n\n   \nI like coffee.\n"))
+    code, lines, err = _run(capsys, "--ckpt", str(checkpoint), "--device", "cpu")
+    assert code == 0
+    first, last = translator.translate(["How are you?", "I like coffee."])
+    assert lines == [first, "", "", last]
+    assert err == ""
+
+
+def test_subprocess_reads_a_file_on_stdin(checkpoint: Path, tmp_path: Path) -> None:
+    source = tmp_path / "in.txt"
+    source.write_text("Good morning.\n\nThank you.\n", encoding="utf-8")
+    with source.open() as stdin:
+        result = subprocess.run(
+            [sys.executable, str(REPO / "translate.py"), "--ckpt", str(checkpoint), "--device", "cpu"],
+            stdin=stdin,
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=120,
+        )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) == 3 and lines[0] and lines[1] == "" and lines[2]
+    assert "Traceback" not in result.stderr
+
+
+def test_nbest_prints_sorted_scored_hypotheses(checkpoint: Path, capsys) -> None:
+    code, lines, _ = _run(
+        capsys, "--ckpt", str(checkpoint), "--device", "cpu", "--beam", "3", "--nbest", "3", "Hi.", "Go."
+    )
+    assert code == 0
+    rows = [line.split("\t") for line in lines]
+    assert [int(row[0]) for row in rows] == [0, 0, 0, 1, 1, 1]
+    for index in (0, 1):
+        scores = [float(row[1]) for row in rows if int(row[0]) == index]
+        assert scores == sorted(scores, reverse=True)
+
+
+def test_eval_tsv_prints_bleu_and_chrf_with_signatures(checkpoint: Path, tmp_path: Path, capsys) -> None:
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text(
+        "Hi.\tHola.\nHi.\t¡Hola!\nGo.\tVe.\nI like coffee.\tMe gusta el café.\n", encoding="utf-8"
+    )
+    hypotheses = tmp_path / "hyp.txt"
+    code, lines, _ = _run(
+        capsys, "--ckpt", str(checkpoint), "--device", "cpu", "--eval", str(pairs), "-o", str(hypotheses)
+    )
+    assert code == 0
+    report = "\n".join(lines)
+    assert "BLEU = " in report and "nrefs:var|case:mixed" in report
+    assert "chrF = " in report and "nc:6|nw:0" in report
+    assert "BLEU[src words 1-5]" in report and "sentences = 3" in report
+    assert len(hypotheses.read_text(encoding="utf-8").splitlines()) == 3
+
+
+def test_eval_split_rebuilds_the_training_split(checkpoint: Path, capsys) -> None:
+    code, lines, err = _run(
+        capsys, "--ckpt", str(checkpoint), "--device", "cpu", "--greedy", "--eval", "test"
+    )
+    assert code == 0, err
+    assert any(line.startswith("BLEU = ") for line in lines)
+    assert "sentences = 12" in lines
+
+
+def test_attention_table_and_heatmap(checkpoint: Path, tmp_path: Path, capsys) -> None:
+    png = tmp_path / "att.png"
+    argv = ["--ckpt", str(checkpoint), "--device", "cpu", "--show-attention", "--attention-png", str(png)]
+    code, lines, _ = _run(capsys, *argv, "I like coffee.")
+    assert code == 0
+    assert "</s>" in lines[1] and " | " in lines[1]  # header row: source pieces, EOS last
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "message"),
+    [
+        (["--ckpt", "missing.ckpt", "Hi."], 1, "checkpoint not found"),
+        (["--ckpt", "{ckpt}", "--beam", "0", "Hi."], 2, "--beam must be positive"),
+        (["--ckpt", "{ckpt}", "--no-such-flag"], 2, "unrecognized arguments"),
+        (["--ckpt", "{ckpt}", "--greedy", "--nbest", "2", "Hi."], 1, "decode.nbest"),
+        (["--ckpt", "{ckpt}", "--eval", "nowhere.tsv"], 1, "nowhere.tsv"),
+    ],
+)
+def test_errors_are_one_line_without_traceback(checkpoint: Path, capsys, argv, code, message) -> None:
+    argv = [arg.replace("{ckpt}", str(checkpoint)) for arg in argv]
+    returned, lines, err = _run(capsys, *argv)
+    assert returned == code
+    assert lines == []
+    assert len(err.strip().splitlines()) == 1 and message in err
+
+
+def test_corrupt_checkpoint_and_missing_gpu(tmp_path: Path, checkpoint: Path, capsys) -> None:
+    corrupt = tmp_path / "bad.ckpt"
+    corrupt.write_bytes(b"not a checkpoint")
+    code, _, err = _run(capsys, "--ckpt", str(corrupt), "Hi.")
+    assert code == 1 and "cannot read checkpoint" in err and len(err.splitlines()) == 1
+    if not torch.cuda.is_available():
+        code, _, err = _run(capsys, "--ckpt", str(checkpoint), "--device", "cuda", "Hi.")
+        assert code == 1 and "no CUDA GPU" in err and len(err.splitlines()) == 1
+
+
+def test_failure_leaves_no_partial_output(checkpoint: Path, tmp_path: Path, capsys, monkeypatch) -> None:
+    def fail_midway(self, lines, batch_tokens=None, beam=None, nbest=None):
+        yield [translate_module.Translation("partial", 0.0)]
+        raise ValueError("decoding exploded")
+
+    monkeypatch.setattr(Translator, "translate_stream_nbest", fail_midway)
+    output = tmp_path / "out.txt"
+    code, _, err = _run(capsys, "--ckpt", str(checkpoint), "--device", "cpu", "-o", str(output), "Hi.", "Go.")
+    assert code == 1 and "decoding exploded" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_stream_is_lazy_and_keeps_order(translator: Translator, monkeypatch) -> None:
+    monkeypatch.setattr(translate_module, "CHUNK_LINES", 3)
+    sentences = ["I like coffee very much.", "Hi.", "", "Where is the station?", "Go."]
+    endless = itertools.cycle(sentences)  # would hang if the stream read everything first
+    streamed = list(itertools.islice(translator.translate_stream(endless, batch_tokens=16), len(sentences)))
+    assert streamed == [translator.translate([s])[0] for s in sentences]
+    assert streamed[2] == "" and all(streamed[i] for i in (0, 1, 3, 4))
+
+
+def test_long_input_is_truncated_with_one_warning(checkpoint: Path, caplog) -> None:
+    translator = Translator.from_checkpoint(checkpoint, device="cpu")
+    long_text = " ".join(["coffee"] * 200)
+    with caplog.at_level(logging.WARNING, logger="seq2seq.translate"):
+        outputs = translator.translate([long_text, long_text])
+    assert len(outputs) == 2 and all(outputs)
+    assert sum("max_positions" in record.getMessage() for record in caplog.records) == 1
+
+
+def test_in_memory_model_matches_loaded_checkpoint(checkpoint: Path, translator: Translator) -> None:
+    loaded = load_model(checkpoint)
+    in_memory = Translator(loaded.model, loaded.tokenizer, loaded.decode_config)
+    texts = ["Hi.", "I like coffee.", "Where is the station?"]
+    assert in_memory.translate(texts) == translator.translate(texts)
+    assert translator.translate(texts, beam=1) == [
+        translator.translate_nbest([t], beam=1)[0][0].text for t in texts
+    ]
+
+
+def test_variable_reference_counts_are_padded_with_none() -> None:
+    hypotheses = ["el gato está en la mesa", "hola"]
+    references = [["el gato está sobre la mesa", "un gato está en la mesa"], ["hola amigo mío y tuyo"]]
+    assert reference_streams(references)[1] == ["un gato está en la mesa", None]
+    result = score(hypotheses, references)
+    assert result["bleu_signature"].startswith("nrefs:var")
+    repeated = [["el gato está sobre la mesa", "un gato está en la mesa"], ["hola amigo mío y tuyo"] * 2]
+    assert result["bleu"] == pytest.approx(score(hypotheses, repeated)["bleu"])  # None == "no reference"
+    assert result["chrf"] == pytest.approx(score(hypotheses, repeated)["chrf"])

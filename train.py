@@ -1,0 +1,26 @@
+"""Train a translation model: ``python train.py [hydra overrides]``."""
+
+import sys
+
+import hydra
+from omegaconf import DictConfig
+
+from seq2seq.checkpoint import CheckpointError
+from seq2seq.config import ConfigError
+from seq2seq.corpus import DataError
+from seq2seq.lit_module import NonFiniteLossError
+from seq2seq.training import train
+
+
+@hydra.main(version_base="1.3", config_path="configs", config_name="train")
+def main(cfg: DictConfig) -> float | None:
+    """Run training; expected failures print one line and exit non-zero instead of a traceback."""
+    try:
+        metrics = train(cfg)
+    except (ConfigError, DataError, CheckpointError, NonFiniteLossError) as err:
+        sys.exit(f"error: {err}")
+    return metrics.get("val/bleu")  # the value --multirun sweepers optimise
+
+
+if __name__ == "__main__":
+    main()
