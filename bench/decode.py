@@ -5,24 +5,30 @@
 (b) Our greedy and beam-4 search vs ``MarianMTModel.generate`` with identical sizes, random
     weights and the same forced number of steps, on the same batch of real source sentences.
     Needs ``transformers`` (the ``bench`` extra); skipped with a message when it is missing.
-(c) Beam 5 over 2,000 real sentences through the Translator (token-budget batches). With random
-    weights no sentence stops early, so this is the worst case; ``--ckpt`` uses a trained model.
+(c) Beam 5 over 2,000 real sentences through the Translator (token-budget batches). Random weights
+    never end a sentence early: at the default limit (1.5·src+10) that is the worst case, at a limit
+    of src+1 it approximates a trained model's output lengths. ``--ckpt`` times a trained model.
 
 Repetitions are interleaved and medians reported. Ends with ``RATIO <name> <value> target <t>``.
 
-    python bench/decode.py [--size small] [--reps 3] [--ckpt model.ckpt]
+    python bench/decode.py [--size small] [--reps 3] [--ckpt model.ckpt]   # ~8 min on 2 cores
 """
 
 from __future__ import annotations
 
 import argparse
 import gzip
+import os
 import statistics
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+
+# OpenMP threads spin while waiting by default; on a shared 2-core machine a spinning thread whose
+# partner lost its core stalls every op (we measured 15x slowdowns). Set before torch loads OpenMP.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch
 
@@ -60,8 +66,6 @@ def pad(rows: list[list[int]]) -> torch.Tensor:
 
 def median_times(runs: dict[str, Callable[[], object]], reps: int) -> dict[str, float]:
     """Median seconds of each run, repetitions interleaved so drifting machine load hits all alike."""
-    for run in runs.values():  # warm-up
-        run()
     times: dict[str, list[float]] = {name: [] for name in runs}
     for _ in range(reps):
         for name, run in runs.items():
@@ -98,7 +102,7 @@ def bench_cache(model: Transformer, src: torch.Tensor, reps: int) -> dict[str, f
 
 
 def marian_twin(cfg: ModelConfig, vocab: int) -> torch.nn.Module | None:
-    """``MarianMTModel`` sized like ours (post-norm, ReLU, sinusoidal positions); None without transformers."""
+    """``MarianMTModel`` sized like ours (post-norm, ReLU, sinusoidal positions); None if not installed."""
     try:
         import transformers
         from transformers import MarianConfig, MarianMTModel
@@ -164,16 +168,28 @@ def bench_marian(
     }
 
 
-def bench_translate(translator: Translator, sources: list[str], beam: int) -> float:
+def bench_translate(translator: Translator, sources: list[str], label: str) -> float:
+    """Seconds for beam 5 over ``sources`` through the Translator, as evaluation runs it."""
     start = time.perf_counter()
-    outputs = translator.translate(sources, beam=beam)
+    outputs = translator.translate(sources, beam=5)
     seconds = time.perf_counter() - start
     tokens = sum(len(ids) for ids in translator.tokenizer.encode_target(outputs))
     print(
-        f"(c) beam {beam} over {len(sources)} sentences: {seconds:.2f}s "
-        f"({len(sources) / seconds:.0f} sent/s, {tokens / seconds:.0f} output tokens/s)"
+        f"  {label}: {seconds:.2f}s ({len(sources) / seconds:.0f} sent/s, "
+        f"{tokens / len(sources):.1f} output tokens/sentence)"
     )
     return seconds
+
+
+def bench_corpus(translator: Translator, sources: list[str], trained: bool) -> dict[str, float]:
+    """(c): a trained model as is; random weights at the default limit and at reference-like lengths."""
+    print(f"(c) beam 5 over {len(sources)} real sentences, token-budget batches of {translator.batch_tokens}")
+    if trained:
+        return {"checkpoint": bench_translate(translator, sources, "trained checkpoint")}
+    worst = bench_translate(translator, sources, "random weights, limit 1.5*src+10 (no early EOS)")
+    translator.decode_cfg = replace(translator.decode_cfg, max_len_a=1.0, max_len_b=1)
+    typical = bench_translate(translator, sources, "random weights, limit src+1 (~reference length)")
+    return {"worst_case": worst, "reference_lengths": typical}
 
 
 def main() -> None:
@@ -186,7 +202,10 @@ def main() -> None:
     parser.add_argument("--marian-len", type=int, default=32, help="forced output length in (b)")
     parser.add_argument("--sentences", type=int, default=2000, help="sentences in (c)")
     parser.add_argument("--ckpt", help="trained checkpoint for (c) instead of random weights")
+    parser.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's choice)")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     torch.manual_seed(0)
     cfg, vocab = SIZES[args.size]
@@ -200,6 +219,7 @@ def main() -> None:
     print(f"size {args.size}: {cfg}, vocab {tokenizer.src_vocab_size}, {torch.get_num_threads()} threads")
     print(f"batch of {args.batch} real sentences, {src.size(1)} source tokens at most")
 
+    generate(model, src, forced(8, beam=2))  # warm-up: thread pool, allocator, kernel selection
     ratios = bench_cache(model, src, args.reps)
     marian = marian_twin(cfg, tokenizer.src_vocab_size)
     if marian is None:
@@ -211,8 +231,8 @@ def main() -> None:
         translator = Translator.from_checkpoint(args.ckpt, device="cpu")
     else:
         translator = Translator(model, tokenizer, DecodeConfig(beam_size=5))
-    seconds = bench_translate(translator, sources[: args.sentences], beam=5)
-    print(f"SECONDS decode_beam5_{args.sentences}_sentences {seconds:.2f} target 15")
+    for name, seconds in bench_corpus(translator, sources, trained=bool(args.ckpt)).items():
+        print(f"SECONDS decode_beam5_{len(sources)}_sentences_{name} {seconds:.2f} target 15")
 
     targets = {
         "decode_cached_speedup": 4,

@@ -102,15 +102,19 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         self.rank = rank
         self.world_size = world_size
         self.epoch = 0
-        self._skip = 0
+        self._skip = (0, 0)  # (epoch, batches): skip applies to that epoch only
         self._cached: tuple[int, list[np.ndarray]] | None = None
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
     def skip_batches(self, n: int) -> None:
-        """Make the next iteration start at this rank's batch ``n`` of the current epoch."""
-        self._skip = n
+        """Start this rank's iterations of the current epoch at batch ``n`` (mid-epoch resume)."""
+        self._skip = (self.epoch, n)
+
+    def _pending_skip(self) -> int:
+        epoch, n = self._skip
+        return n if epoch == self.epoch else 0
 
     def _rank_batches(self) -> list[np.ndarray]:
         """This rank's batches for the current epoch, computed once per epoch."""
@@ -127,9 +131,13 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         return self._cached[1]
 
     def __iter__(self) -> Iterator[list[int]]:
-        skip, self._skip = self._skip, 0
-        return (batch.tolist() for batch in self._rank_batches()[skip:])
+        # A generator: the epoch and skip are read at the first batch, not when iter() is called,
+        # because Lightning may create the iterator before it calls set_epoch.
+        skip, self._skip = self._pending_skip(), (0, 0)
+        for batch in self._rank_batches()[skip:]:
+            yield batch.tolist()
 
     def __len__(self) -> int:
-        """Batches the next iteration yields on this rank (after any pending skip)."""
-        return max(len(self._rank_batches()) - self._skip, 0)
+        """Batches per epoch on this rank. A pending skip does not shorten it: Lightning counts
+        the skipped batches as already done when it resumes mid-epoch."""
+        return len(self._rank_batches())

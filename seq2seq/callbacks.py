@@ -36,16 +36,14 @@ class SaveOnInterrupt(pl.Callback):
             log.warning("interrupted: saved a resumable checkpoint to %s", self.path)
 
 
-class ResumeDataOrder(pl.Callback):
-    """After a mid-epoch resume, skip the batches the interrupted run already trained on.
+class ShuffleEachEpoch(pl.Callback):
+    """Tell the batch sampler the epoch number before each epoch's iterator is created.
 
-    The sampler's order depends only on (seed, epoch), so skipping the processed batches
-    continues exactly where the killed run stopped instead of replaying the epoch's start.
+    Lightning only calls ``set_epoch`` on ``loader.sampler`` and ``loader.batch_sampler.sampler``,
+    never on a custom ``batch_sampler`` itself, so without this every epoch repeats one order.
     """
 
-    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        done = trainer.fit_loop.epoch_loop.batch_progress.current.completed
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         sampler = getattr(trainer.train_dataloader, "batch_sampler", None)
-        if done and hasattr(sampler, "skip_batches"):
-            sampler.skip_batches(done)
-            log.info("resuming mid-epoch: skipping %d already-trained batches", done)
+        if hasattr(sampler, "set_epoch"):
+            sampler.set_epoch(trainer.current_epoch)

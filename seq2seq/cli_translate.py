@@ -36,6 +36,9 @@ EXAMPLES = f"""examples:
   python {PROG} --ckpt model.ckpt --eval test           (BLEU/chrF on the checkpoint corpus's test split)
   python {PROG} --ckpt model.ckpt --eval pairs.tsv      (columns in the training corpus's order)
   python {PROG} --ckpt model.ckpt --interactive
+
+Errors (missing or corrupt checkpoint, no GPU, bad data) print one line on stderr and exit 1;
+bad arguments exit 2. With --output, a failed run leaves no partial file.
 """
 
 
@@ -58,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "sentences", nargs="*", help="sentences to translate; without any, stdin is read line by line"
     )
-    parser.add_argument("--ckpt", required=True, help="checkpoint written by train.py")
+    parser.add_argument("--ckpt", required=True, metavar="PATH", help="checkpoint written by train.py")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument(
         "--interactive", "-i", action="store_true", help="prompt for sentences until EOF (Ctrl-D)"
@@ -73,9 +76,11 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--beam", type=int, metavar="N", help="beam size (default: the checkpoint's)")
     search.add_argument("--greedy", action="store_true", help="greedy search (beam size 1)")
     search.add_argument("--sample", action="store_true", help="sample each token instead of searching")
-    parser.add_argument("--temperature", type=float, help="sampling temperature (with --sample)")
-    parser.add_argument("--top-k", type=int, help="sample among the k likeliest tokens (with --sample)")
-    parser.add_argument("--seed", type=int, help="random seed for --sample")
+    parser.add_argument("--temperature", type=float, metavar="T", help="sampling temperature (with --sample)")
+    parser.add_argument(
+        "--top-k", type=int, metavar="K", help="sample among the K likeliest tokens (with --sample)"
+    )
+    parser.add_argument("--seed", type=int, metavar="N", help="random seed for --sample")
     parser.add_argument(
         "--nbest", type=int, metavar="K", help="print K hypotheses per input: index<TAB>score<TAB>text"
     )
@@ -84,7 +89,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--device", choices=["cpu", "cuda", "auto"], default="auto", help="default: auto")
     parser.add_argument(
-        "--batch-tokens", type=int, default=DEFAULT_BATCH_TOKENS, help="padded source tokens per batch"
+        "--batch-tokens",
+        type=int,
+        default=DEFAULT_BATCH_TOKENS,
+        metavar="N",
+        help=f"padded source tokens per batch (default: {DEFAULT_BATCH_TOKENS}, as in validation)",
     )
     parser.add_argument(
         "--output", "-o", metavar="PATH", help="write translations (or --eval hypotheses) here"
@@ -194,9 +203,10 @@ def _show_attention(translator: Translator, sentence: str, args: argparse.Namesp
 
 
 def _interactive(translator: Translator, args: argparse.Namespace) -> None:
+    prompt = "> " if sys.stdin.isatty() else ""  # piped input gets clean output
     while True:
         try:
-            line = input("> ")
+            line = input(prompt)
         except EOFError:
             return
         _translate_lines(translator, [line], args.nbest is not None, sys.stdout)

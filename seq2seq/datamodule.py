@@ -164,7 +164,24 @@ class TranslationDataModule(pl.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         """Shuffled token-budget batches; the sampler's ``set_epoch`` reshuffles each epoch."""
-        return self._loader("train", self._sampler("train", self.cfg.max_tokens, shuffle=True))
+        sampler = self._sampler("train", self.cfg.max_tokens, shuffle=True)
+        trainer = self.trainer
+        if trainer is not None and trainer.fit_loop.restarting:
+            self._continue_interrupted_epoch(sampler, trainer)
+        return self._loader("train", sampler)
+
+    @staticmethod
+    def _continue_interrupted_epoch(sampler: TokenBudgetBatchSampler, trainer: pl.Trainer) -> None:
+        """After a resume, start at the first batch the checkpointed run had not trained on.
+
+        Lightning reuses the iterator it creates right after this call, so the epoch and the
+        skip must be set here; a checkpoint taken on an epoch's last batch starts the next epoch.
+        """
+        epoch, done = trainer.current_epoch, trainer.fit_loop.epoch_loop.batch_progress.current.processed
+        if done >= len(sampler):
+            epoch, done = epoch + 1, 0
+        sampler.set_epoch(epoch)
+        sampler.skip_batches(done)
 
     def val_dataloader(self) -> DataLoader:
         return self._loader("valid", self._sampler("valid", self.cfg.eval_max_tokens, shuffle=False))

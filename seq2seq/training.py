@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from pytorch_lightning.callbacks import EarlyStopping, LearningRateMonitor, ModelCheckpoint, RichProgressBar
 from pytorch_lightning.loggers import TensorBoardLogger
 
-from seq2seq.callbacks import AtomicCheckpointIO, ResumeDataOrder, SaveOnInterrupt
+from seq2seq.callbacks import AtomicCheckpointIO, SaveOnInterrupt, ShuffleEachEpoch
 from seq2seq.config import ConfigError, DataConfig, DecodeConfig, ModelConfig, OptimConfig, validated
 from seq2seq.datamodule import TranslationDataModule
 from seq2seq.lit_module import TranslationModule
@@ -47,18 +47,17 @@ def build_trainer(cfg: DictConfig, run_dir: Path) -> pl.Trainer:
     """Lightning Trainer from ``cfg.trainer`` plus the callbacks every run needs."""
     ckpt_dir = run_dir / "checkpoints"
     callbacks: list[pl.Callback] = [
+        ModelCheckpoint(dirpath=ckpt_dir, filename="best", monitor="val/bleu", mode="max", save_top_k=1),
+        # Unmonitored: refreshed at every validation and every n steps, whatever the BLEU did.
         ModelCheckpoint(
             dirpath=ckpt_dir,
-            filename="best",
-            monitor="val/bleu",
-            mode="max",
+            filename="last",
             save_top_k=1,
-            save_last=True,
             every_n_train_steps=cfg.checkpoint_every_n_steps or None,
-            auto_insert_metric_name=False,
+            enable_version_counter=False,
         ),
         SaveOnInterrupt(ckpt_dir),
-        ResumeDataOrder(),
+        ShuffleEachEpoch(),
         LearningRateMonitor(logging_interval="step"),
     ]
     if cfg.early_stopping_patience:

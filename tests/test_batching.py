@@ -73,13 +73,25 @@ def test_splitting_makes_batch_count_divisible() -> None:
     assert sorted(i for s in shards for b in s for i in b) == list(range(9))
 
 
-def test_skip_batches_applies_once(lengths: np.ndarray) -> None:
+def test_skip_batches_applies_once_and_only_to_its_epoch(lengths: np.ndarray) -> None:
     sampler = TokenBudgetBatchSampler(lengths, MAX_TOKENS, shuffle=True, seed=1)
     full = _epoch(sampler, 4)
     sampler.skip_batches(3)
-    assert len(sampler) == len(full) - 3
+    assert len(sampler) == len(full)  # the epoch's length is unchanged; Lightning counts skipped as done
     assert list(sampler) == full[3:]
-    assert list(sampler) == full and len(sampler) == len(full)
+    assert list(sampler) == full
+    sampler.skip_batches(3)
+    next_epoch = _epoch(sampler, 5)  # moving on to another epoch drops the pending skip
+    assert len(next_epoch) == len(full)
+
+
+def test_epoch_is_read_at_the_first_batch_not_at_iter(lengths: np.ndarray) -> None:
+    sampler = TokenBudgetBatchSampler(lengths, MAX_TOKENS, shuffle=True, seed=1)
+    expected = _epoch(sampler, 7)
+    sampler.set_epoch(0)
+    iterator = iter(sampler)  # Lightning may create the iterator before calling set_epoch
+    sampler.set_epoch(7)
+    assert list(iterator) == expected
 
 
 def test_too_long_example_is_rejected() -> None:

@@ -1,0 +1,162 @@
+"""Batched beam search with per-sentence early finishing.
+
+Each step scores every one-token extension of the K live beams of every active sentence,
+keeps the 2K best (:func:`_expand`), moves EOS-ending ones into the finished list
+(:func:`_finish_eos`), keeps the K best others as the new beams (:func:`_prune`) and drops
+sentences that are done (:func:`_done`) from the batch and the cache. A sentence is done when
+K hypotheses have finished (fairseq's rule), when no live beam can still enter its n-best,
+or at its length limit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from seq2seq.config import DecodeConfig
+from seq2seq.model import Transformer
+from seq2seq.search_steps import CachedSteps, Hypothesis, length_penalty, next_log_probs, output_limits
+from seq2seq.tokenizer import BOS_ID, EOS_ID
+
+
+class _Candidates(NamedTuple):
+    """The top 2K continuations of each sentence, best first; each (n, 2K)."""
+
+    scores: Tensor  # cumulative log-probabilities
+    beams: Tensor  # which of the sentence's K beams each extends
+    tokens: Tensor  # the token it appends
+
+
+@dataclass
+class _Beams:
+    """Live beams of the sentences still being searched; beam rows are sentence-major (n·K)."""
+
+    rows: Tensor  # (n,) original index of each active sentence
+    limits: Tensor  # (n,) output length limit
+    scores: Tensor  # (n, K) cumulative log-probabilities
+    tokens: Tensor  # (n·K, t) tokens emitted so far
+    n_finished: Tensor  # (n,) hypotheses finished so far
+    threshold: Tensor  # (n,) score a hypothesis needs to enter the n-best; -inf until nbest finished
+
+    def keep(self, index: Tensor) -> tuple[_Beams, Tensor]:
+        """Only the sentences at ``index`` (n',); also returns their beam rows (n'·K,)."""
+        k = self.scores.size(1)
+        beam_rows = (index[:, None] * k + torch.arange(k, device=index.device)).view(-1)  # (n'·K,)
+        kept = _Beams(
+            self.rows[index],
+            self.limits[index],
+            self.scores[index],
+            self.tokens[beam_rows],
+            self.n_finished[index],
+            self.threshold[index],
+        )
+        return kept, beam_rows
+
+
+def _expand(scores: Tensor, logprobs: Tensor, beam_size: int) -> _Candidates:
+    """Score every one-token extension of every live beam and keep the 2K best per sentence.
+
+    scores: (n, L) with L live beams (1 at the first step, then K), logprobs: (n·L, V).
+    Each beam has one EOS extension, so 2K candidates always hold >= K non-EOS ones.
+    """
+    n, live = scores.shape
+    vocab = logprobs.size(-1)
+    total = logprobs.add_(scores.view(-1, 1)).view(n, live * vocab)  # (n, L·V), in place: it is large
+    top, flat = total.topk(min(2 * beam_size, live * vocab), dim=1)  # (n, 2K)
+    return _Candidates(top, flat // vocab, flat % vocab)
+
+
+def _add(finished: list[list[Hypothesis]], beams: _Beams, i: int, hypothesis: Hypothesis, nbest: int) -> None:
+    """Record a finished hypothesis of active sentence ``i`` and update its n-best threshold."""
+    hypotheses = finished[int(beams.rows[i])]
+    hypotheses.append(hypothesis)
+    beams.n_finished[i] += 1
+    if len(hypotheses) >= nbest:
+        beams.threshold[i] = sorted((h.score for h in hypotheses), reverse=True)[nbest - 1]
+
+
+def _finish_eos(
+    finished: list[list[Hypothesis]], beams: _Beams, cand: _Candidates, t: int, cfg: DecodeConfig
+) -> None:
+    """EOS candidates ranked within the top K end their beam (fairseq's rule)."""
+    k, live = cfg.beam_size, beams.scores.size(1)
+    eos = (cand.tokens[:, :k] == EOS_ID) & torch.isfinite(cand.scores[:, :k])  # (n, K)
+    if not eos.any():
+        return
+    normalised = (cand.scores[:, :k] / length_penalty(t + 1, cfg.length_penalty)).tolist()
+    parents = cand.beams.tolist()
+    for i, j in eos.nonzero().tolist():
+        tokens = beams.tokens[i * live + parents[i][j]].tolist()
+        _add(finished, beams, i, Hypothesis(tokens, normalised[i][j]), cfg.nbest)
+
+
+def _prune(beams: _Beams, cand: _Candidates, k: int) -> tuple[_Beams, Tensor]:
+    """The K best non-EOS candidates become the new beams; also returns each one's parent row (n·K,)."""
+    n, live = beams.scores.shape
+    width = cand.scores.size(1)
+    rank = torch.arange(width, device=cand.tokens.device) + (cand.tokens == EOS_ID) * width  # EOS ranks last
+    pick = rank.topk(k, dim=1, largest=False).indices  # (n, K), best first
+    first_rows = torch.arange(n, device=pick.device)[:, None] * live  # (n, 1): row of each sentence's beam 0
+    parents = (first_rows + cand.beams.gather(1, pick)).view(-1)  # (n·K,)
+    tokens = torch.cat([beams.tokens[parents], cand.tokens.gather(1, pick).view(-1, 1)], dim=1)  # (n·K, t+1)
+    return replace(beams, scores=cand.scores.gather(1, pick), tokens=tokens), parents
+
+
+def _finish_at_limit(finished: list[list[Hypothesis]], beams: _Beams, t: int, cfg: DecodeConfig) -> Tensor:
+    """Live beams of sentences that reached their length limit end without EOS; returns that mask (n,)."""
+    at_limit = t + 1 >= beams.limits
+    k = cfg.beam_size
+    normalised = (beams.scores / length_penalty(t + 1, cfg.length_penalty)).tolist()
+    for i in at_limit.nonzero().squeeze(1).tolist():
+        for j in range(k):
+            if normalised[i][j] > float("-inf"):  # skip beams that never came alive
+                hypothesis = Hypothesis(beams.tokens[i * k + j].tolist(), normalised[i][j])
+                _add(finished, beams, i, hypothesis, cfg.nbest)
+    return at_limit
+
+
+def _done(beams: _Beams, cfg: DecodeConfig) -> Tensor:
+    """(n,) True where K hypotheses ended or no live beam can still enter the n-best.
+
+    A live score s <= 0 can only fall, so its best normalised value is s / penalty(limit).
+    """
+    best_live = beams.scores.max(dim=1).values / length_penalty(beams.limits.float(), cfg.length_penalty)
+    can_improve = (beams.n_finished < cfg.nbest) | (best_live > beams.threshold)
+    return (beams.n_finished >= cfg.beam_size) | ~can_improve
+
+
+@torch.inference_mode()
+def beam_search(model: Transformer, src: Tensor, cfg: DecodeConfig) -> list[list[Hypothesis]]:
+    """Up to ``cfg.nbest`` hypotheses per sentence, best first. src: (B, S) padded ids ending in EOS."""
+    k, batch, device = cfg.beam_size, src.size(0), src.device
+    memory, src_mask = model.encode(src)
+    steps = CachedSteps(model, memory, src_mask)
+    beams = _Beams(  # one live beam per sentence until the first step branches it into K
+        rows=torch.arange(batch, device=device),
+        limits=output_limits(src, cfg, model.cfg.max_positions),
+        scores=torch.zeros(batch, 1, device=device),
+        tokens=torch.empty(batch, 0, dtype=torch.long, device=device),
+        n_finished=torch.zeros(batch, dtype=torch.long, device=device),
+        threshold=torch.full((batch,), float("-inf"), device=device),
+    )
+    finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
+    last = torch.full((batch,), BOS_ID, dtype=torch.long, device=device)
+    for t in range(int(beams.limits.max())):
+        cand = _expand(beams.scores, next_log_probs(steps(last), t, cfg), k)
+        _finish_eos(finished, beams, cand, t, cfg)
+        beams, parents = _prune(beams, cand, k)
+        active = ~(_finish_at_limit(finished, beams, t, cfg) | _done(beams, cfg))
+        if not active.any():
+            break
+        if t > 0 and active.all():
+            steps.reorder_beams(parents)  # beams moved within their own sentence only
+        else:
+            # first step: each sentence's row becomes K (cross-attention K/V copied, not recomputed);
+            # later: follow the beams and drop finished sentences in one gather
+            beams, beam_rows = beams.keep(active.nonzero().squeeze(1))
+            steps.select(parents[beam_rows])
+        last = beams.tokens[:, -1]
+    return [sorted(hypotheses, key=lambda h: h.score, reverse=True)[: cfg.nbest] for hypotheses in finished]

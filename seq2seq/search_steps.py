@@ -1,0 +1,113 @@
+"""Pieces both searches share: the output type, length limits and penalty, next-token scores,
+and the two ways of getting next-token logits (KV cache, or full recomputation as a reference).
+
+Scores are log-probabilities divided by the GNMT length penalty ((5 + len) / 6) ** alpha,
+where len counts the emitted tokens including EOS.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+from torch import Tensor
+
+from seq2seq.config import DecodeConfig
+from seq2seq.model import Transformer
+from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID
+
+
+@dataclass
+class Hypothesis:
+    """One output of the search."""
+
+    tokens: list[int]  # target ids without BOS/EOS
+    score: float  # length-normalised log-probability
+
+
+def length_penalty(length: Tensor | int, alpha: float) -> Tensor | float:
+    """GNMT length penalty ((5 + length) / 6) ** alpha; 1 for alpha = 0."""
+    return ((5 + length) / 6) ** alpha
+
+
+def output_limits(src: Tensor, cfg: DecodeConfig, max_positions: int) -> Tensor:
+    """Most tokens each sentence may emit: a·src_len + b, within [1, max_positions]. src: (B, S) -> (B,).
+
+    src_len counts the real (non-pad) source tokens, EOS included.
+    """
+    src_len = (src != PAD_ID).sum(dim=1)
+    return (cfg.max_len_a * src_len + cfg.max_len_b).long().clamp(1, max_positions)
+
+
+class CachedSteps:
+    """Next-token logits from the KV cache: step t costs O(t) attention, no recomputation."""
+
+    def __init__(self, model: Transformer, memory: Tensor, src_mask: Tensor) -> None:
+        self.model = model
+        self.cache = model.start_cache(memory, src_mask)
+
+    def __call__(self, tokens: Tensor) -> Tensor:
+        """tokens: (N,) newest token per row -> logits (N, V)."""
+        logits, self.cache = self.model.step(tokens, self.cache)
+        return logits
+
+    def select(self, index: Tensor) -> None:
+        """Keep/reorder rows: follow beams, drop finished sentences."""
+        self.cache = self.cache.index_select(index)
+
+    def reorder_beams(self, index: Tensor) -> None:
+        """Reorder rows only among the beams of each sentence.
+
+        Those rows share the same cross-attention K/V, so only the self-attention cache moves;
+        copying the cross-attention K/V too would double the traffic of every beam step.
+        """
+        layers = [
+            replace(
+                layer, self_k=layer.self_k.index_select(0, index), self_v=layer.self_v.index_select(0, index)
+            )
+            for layer in self.cache.layers
+        ]
+        self.cache = replace(self.cache, layers=layers)
+
+
+class FullSteps:
+    """Reference path without a cache: re-runs ``decode`` over the whole prefix at every step."""
+
+    def __init__(self, model: Transformer, memory: Tensor, src_mask: Tensor) -> None:
+        self.model = model
+        self.memory, self.src_mask = memory, src_mask
+        self.prefix = torch.empty(memory.size(0), 0, dtype=torch.long, device=memory.device)
+
+    def __call__(self, tokens: Tensor) -> Tensor:
+        self.prefix = torch.cat([self.prefix, tokens[:, None]], dim=1)  # (N, t)
+        return self.model.decode(self.prefix, self.memory, self.src_mask)[:, -1]
+
+    def select(self, index: Tensor) -> None:
+        self.prefix, self.memory, self.src_mask = (
+            x.index_select(0, index) for x in (self.prefix, self.memory, self.src_mask)
+        )
+
+
+def next_log_probs(logits: Tensor, step: int, cfg: DecodeConfig) -> Tensor:
+    """Log-softmax over the vocabulary with tokens that may not come next at -inf. (N, V) -> (N, V).
+
+    PAD and BOS never appear in an output; EOS is forbidden before ``cfg.min_len`` tokens.
+    """
+    logprobs = logits.float().log_softmax(dim=-1)
+    banned = [PAD_ID, BOS_ID] if step >= cfg.min_len else [PAD_ID, BOS_ID, EOS_ID]
+    logprobs[:, banned] = float("-inf")
+    return logprobs
+
+
+def choose(logprobs: Tensor, cfg: DecodeConfig) -> tuple[Tensor, Tensor]:
+    """Argmax, or a draw from the tempered (top-k) distribution when sampling; (N, V) -> tokens and
+    their log-probabilities, each (N,)."""
+    if not cfg.sampling:
+        values, tokens = logprobs.max(dim=-1)
+        return tokens, values
+    scaled = logprobs / cfg.temperature
+    if 0 < cfg.top_k < scaled.size(-1):
+        kth = scaled.topk(cfg.top_k, dim=-1).values[:, -1:]  # (N, 1)
+        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+    tokens = torch.multinomial(scaled.softmax(dim=-1), 1)  # (N, 1)
+    return tokens.squeeze(1), logprobs.gather(1, tokens).squeeze(1)

@@ -1,0 +1,163 @@
+"""Training faults: kill -9, Ctrl-C, mid-epoch resume, non-finite loss, unusable paths."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import pytorch_lightning as pl
+import torch
+from hydra import compose, initialize_config_dir
+
+from seq2seq.config import ConfigError
+from seq2seq.corpus import DataError
+from seq2seq.lit_module import NonFiniteLossError
+from seq2seq import training
+from seq2seq.training import train
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def tiny_config(run_dir: Path, cache_dir: Path, *overrides: str):
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+        return compose(
+            "train",
+            overrides=["experiment=tiny", f"output_dir={run_dir}", f"data.cache_dir={cache_dir}", *overrides],
+        )
+
+
+def final_state(run_dir: Path) -> dict:
+    return torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
+
+
+class CrashAtStep(pl.Callback):
+    """Simulates a crash (power loss, OOM kill) right after a given optimizer step."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.global_step == self.step:
+            raise RuntimeError("simulated crash")
+
+
+def train_with_crash(cfg, step: int) -> None:
+    original = training.build_trainer
+
+    def build(cfg, run_dir):
+        trainer = original(cfg, run_dir)
+        trainer.callbacks.append(CrashAtStep(step))
+        return trainer
+
+    training.build_trainer = build
+    try:
+        with pytest.raises(RuntimeError, match="simulated crash"):
+            train(cfg)
+    finally:
+        training.build_trainer = original
+
+
+@pytest.mark.parametrize("epoch_fraction", [0.0, 0.5])
+def test_resume_after_a_crash_matches_an_uninterrupted_run(tmp_path, epoch_fraction):
+    cache = tmp_path / "cache"
+    train(tiny_config(tmp_path / "full", cache, "trainer.max_epochs=3"))
+    full = final_state(tmp_path / "full")
+    steps_per_epoch = full["global_step"] // 3
+    crash_at = steps_per_epoch + int(epoch_fraction * steps_per_epoch) or steps_per_epoch + 1
+    crashed = tmp_path / "crashed"
+    train_with_crash(tiny_config(crashed, cache, "trainer.max_epochs=3", "checkpoint_every_n_steps=1"), crash_at)
+    last = crashed / "checkpoints" / "last.ckpt"
+    assert torch.load(last, weights_only=True)["global_step"] == crash_at
+    train(tiny_config(crashed, cache, "trainer.max_epochs=3", f"ckpt_path={last}"))
+    resumed = final_state(crashed)
+    assert resumed["global_step"] == full["global_step"]
+    for name, weight in full["state_dict"].items():  # same batches in the same order -> same weights
+        torch.testing.assert_close(resumed["state_dict"][name], weight, msg=name)
+
+
+def _start_training(tmp_path: Path, *overrides: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "train.py",
+            "experiment=tiny",
+            "checkpoint_every_n_steps=1",
+            f"data.cache_dir={tmp_path / 'cache'}",
+            f"hydra.run.dir={tmp_path / 'run'}",
+            *overrides,
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _wait_for(path: Path, process: subprocess.Popen, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert process.poll() is None, process.communicate()[1][-2000:]
+        assert time.monotonic() < deadline, "no checkpoint appeared"
+        time.sleep(0.05)
+
+
+@pytest.mark.slow
+def test_kill_9_then_resume_finishes_with_the_same_step_count(tmp_path):
+    process = _start_training(tmp_path, "trainer.max_epochs=6")
+    last = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    _wait_for(last, process)
+    time.sleep(1.0)
+    process.kill()  # SIGKILL: no handler runs
+    process.wait()
+    state = torch.load(last, weights_only=True)  # atomic writes: never half a file
+    assert 0 < state["global_step"]
+    resume = _start_training(tmp_path, "trainer.max_epochs=6", f"ckpt_path={last}")
+    _, err = resume.communicate(timeout=300)
+    assert resume.returncode == 0, err[-2000:]
+    reference = tmp_path / "reference"
+    train(tiny_config(reference, tmp_path / "cache", "trainer.max_epochs=6"))
+    assert final_state(tmp_path / "run")["global_step"] == final_state(reference)["global_step"]
+
+
+@pytest.mark.slow
+def test_ctrl_c_saves_a_resumable_checkpoint(tmp_path):
+    process = _start_training(tmp_path, "trainer.max_epochs=50", "checkpoint_every_n_steps=0")
+    log_dir = tmp_path / "run" / "tensorboard"
+    _wait_for(log_dir, process)
+    time.sleep(3.0)
+    os.kill(process.pid, signal.SIGINT)
+    _, err = process.communicate(timeout=120)
+    last = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    assert last.is_file(), err[-2000:]
+    assert "Traceback" not in err
+    assert torch.load(last, weights_only=True)["global_step"] > 0
+
+
+def test_non_finite_loss_stops_with_the_step(tmp_path):
+    overrides = ("optim.lr=1e12", "optim.warmup_steps=1", "trainer.gradient_clip_val=0")
+    with pytest.raises(NonFiniteLossError, match=r"at step \d+"):
+        train(tiny_config(tmp_path / "run", tmp_path / "cache", *overrides))
+    assert not (tmp_path / "run" / "checkpoints" / "best.ckpt").exists()
+
+
+def test_non_finite_batches_can_be_skipped(tmp_path, caplog):
+    overrides = ("optim.lr=1e12", "optim.warmup_steps=1", "trainer.gradient_clip_val=0", "skip_nonfinite=true")
+    train(tiny_config(tmp_path / "run", tmp_path / "cache", "trainer.max_epochs=1", *overrides))
+    assert "non-finite loss" in caplog.text
+
+
+def test_unwritable_output_dir_fails_before_training(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(ConfigError, match="not writable"):
+        train(tiny_config(blocker / "run", tmp_path / "cache"))
+
+
+def test_missing_data_file_and_missing_checkpoint_are_clear(tmp_path):
+    with pytest.raises(DataError, match="no-such.tsv"):
+        train(tiny_config(tmp_path / "run", tmp_path / "cache", "data.path=no-such.tsv"))
+    with pytest.raises(ConfigError, match="no checkpoint at"):
+        train(tiny_config(tmp_path / "run", tmp_path / "cache", f"ckpt_path={tmp_path / 'nope.ckpt'}"))
