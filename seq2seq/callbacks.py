@@ -16,7 +16,9 @@ log = logging.getLogger(__name__)
 class AtomicCheckpointIO(TorchCheckpointIO):
     """Write each checkpoint to a temporary file, then rename: a kill never leaves half a file."""
 
-    def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None) -> None:
+    def save_checkpoint(
+        self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None
+    ) -> None:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_name(f".{path.name}.partial")
@@ -30,7 +32,9 @@ class SaveOnInterrupt(pl.Callback):
     def __init__(self, dirpath: str | Path) -> None:
         self.path = Path(dirpath) / "last.ckpt"
 
-    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+    def on_exception(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
+    ) -> None:
         if isinstance(exception, KeyboardInterrupt):
             trainer.save_checkpoint(self.path)
             log.warning("interrupted: saved a resumable checkpoint to %s", self.path)

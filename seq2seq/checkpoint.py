@@ -29,7 +29,7 @@ class CheckpointError(RuntimeError):
 def inference_state(
     model_cfg: ModelConfig, decode_cfg: DecodeConfig, data_cfg: DataConfig, tokenizer: TranslationTokenizer
 ) -> dict:
-    """The entry stored under ``checkpoint["seq2seq"]``; the data config lets evaluation rebuild the splits."""
+    """The ``checkpoint["seq2seq"]`` entry; the data config lets evaluation rebuild the splits."""
     return {
         "model_config": asdict(model_cfg),
         "decode_config": asdict(decode_cfg),
@@ -51,7 +51,7 @@ class LoadedModel:
 
 
 def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    """``torch.load`` with tensors-and-plain-data only, turning every failure into :class:`CheckpointError`."""
+    """``torch.load`` of tensors and plain data only; every failure becomes :class:`CheckpointError`."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint not found: {path}")
@@ -78,7 +78,9 @@ def load_model(path: str | Path, map_location: str | torch.device = "cpu") -> Lo
     try:
         model.load_state_dict(weights)
     except RuntimeError as err:
-        raise CheckpointError(f"{path}: weights do not match its model config: {str(err).splitlines()[0]}") from err
+        raise CheckpointError(
+            f"{path}: weights do not match its model config: {str(err).splitlines()[0]}"
+        ) from err
     tokenizer = TranslationTokenizer.from_dict(meta["tokenizer"])
     return LoadedModel(
         model.to(map_location).eval(),

@@ -173,11 +173,10 @@ def _stdin_is_file() -> bool:
 
 def _eval_set(spec: str, data_cfg: DataConfig) -> tuple[list[str], list[list[str]]]:
     if spec in ("test", "valid"):
-        from seq2seq.datamodule import TranslationDataModule  # Lightning + datasets: seconds to import
+        from seq2seq import corpus  # datasets: seconds to import, only needed here
 
-        data = TranslationDataModule(data_cfg)
-        data.setup()  # same grouped split and length filter as validation during training
-        return data.references(spec)
+        splits, _ = corpus.load_splits(data_cfg)  # the same grouped split training validated on
+        return corpus.references(splits[spec])
     path = Path(spec)
     if not path.is_file():
         raise ValueError(f"--eval {spec}: not 'test', 'valid' or an existing file")

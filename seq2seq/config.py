@@ -94,7 +94,8 @@ class DataConfig:
         missing = [lang for lang in parts if lang not in self.columns]
         if missing:
             raise ConfigError(
-                f"data.direction {self.direction!r} names {missing[0]!r}, not in data.columns {list(self.columns)}"
+                f"data.direction {self.direction!r} names {missing[0]!r}, "
+                f"not in data.columns {list(self.columns)}"
             )
         if self.max_tokens < self.max_length + 2:
             raise ConfigError(

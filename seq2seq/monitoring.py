@@ -43,7 +43,12 @@ class TensorBoardPanels(pl.Callback):
     @rank_zero_only
     def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         logger = self._logger(trainer)
-        if logger is None or trainer.sanity_checking or trainer.datamodule is None or pl_module.tokenizer is None:
+        if (
+            logger is None
+            or trainer.sanity_checking
+            or trainer.datamodule is None
+            or pl_module.tokenizer is None
+        ):
             return
         sources, references = trainer.datamodule.references("valid")
         sources, references = sources[: self.n_samples], references[: self.n_samples]
@@ -51,7 +56,10 @@ class TensorBoardPanels(pl.Callback):
             return
         translator = Translator(pl_module.model, pl_module.tokenizer, pl_module.decode_cfg, pl_module.device)
         hypotheses = translator.translate(sources)
-        rows = [f"| {s} | {' / '.join(r)} | {h} |" for s, r, h in zip(sources, references, hypotheses, strict=True)]
+        rows = [
+            f"| {s} | {' / '.join(r)} | {h} |"
+            for s, r, h in zip(sources, references, hypotheses, strict=True)
+        ]
         table = "\n".join(["| source | reference(s) | hypothesis |", "|---|---|---|", *rows])
         step = trainer.global_step
         logger.experiment.add_text("val/samples", table, step)
@@ -74,9 +82,13 @@ class TensorBoardPanels(pl.Callback):
             )
         pl_module.train(was_training)
         return {
-            "encoder_self": attention_figure(maps["encoder"][-1][0].mean(0), src_tokens, src_tokens, "encoder self"),
+            "encoder_self": attention_figure(
+                maps["encoder"][-1][0].mean(0), src_tokens, src_tokens, "encoder self"
+            ),
             "decoder_self": attention_figure(
                 maps["decoder_self"][-1][0].mean(0), tgt_tokens, tgt_tokens, "decoder self (causal)"
             ),
-            "cross": attention_figure(maps["cross"][-1][0].mean(0), tgt_tokens, src_tokens, "cross (target→source)"),
+            "cross": attention_figure(
+                maps["cross"][-1][0].mean(0), tgt_tokens, src_tokens, "cross (target→source)"
+            ),
         }

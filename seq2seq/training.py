@@ -40,7 +40,9 @@ def check_output_dir(path: Path) -> None:
         raise ConfigError(f"output_dir {path} is not writable: {err.strerror or err}") from err
     free = shutil.disk_usage(path).free
     if free < MIN_FREE_BYTES:
-        raise ConfigError(f"output_dir {path} has only {free / 2**20:.0f} MiB free; need {MIN_FREE_BYTES // 2**20}")
+        raise ConfigError(
+            f"output_dir {path} has only {free / 2**20:.0f} MiB free; need {MIN_FREE_BYTES // 2**20}"
+        )
 
 
 def build_trainer(cfg: DictConfig, run_dir: Path) -> pl.Trainer:
@@ -64,7 +66,9 @@ def build_trainer(cfg: DictConfig, run_dir: Path) -> pl.Trainer:
         callbacks.append(EarlyStopping(monitor="val/bleu", mode="max", patience=cfg.early_stopping_patience))
     loggers: list[Any] = []
     if cfg.tensorboard:
-        loggers.append(TensorBoardLogger(str(run_dir), name="tensorboard", version="", default_hp_metric=False))
+        loggers.append(
+            TensorBoardLogger(str(run_dir), name="tensorboard", version="", default_hp_metric=False)
+        )
         callbacks.append(TensorBoardPanels())
     if cfg.progress_bar:
         callbacks.append(RichProgressBar())
@@ -91,7 +95,8 @@ def train(cfg: DictConfig) -> dict[str, float]:
     decode_cfg = validated(DecodeConfig, cfg.decode, "decode")
     if data_cfg.max_length + 2 > model_cfg.max_positions:
         raise ConfigError(
-            f"data.max_length ({data_cfg.max_length}) + 2 exceeds model.max_positions ({model_cfg.max_positions})"
+            f"data.max_length ({data_cfg.max_length}) + 2 exceeds "
+            f"model.max_positions ({model_cfg.max_positions})"
         )
     if cfg.ckpt_path is not None and not Path(cfg.ckpt_path).is_file():
         raise ConfigError(f"ckpt_path: no checkpoint at {cfg.ckpt_path}")

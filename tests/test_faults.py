@@ -12,10 +12,10 @@ import pytorch_lightning as pl
 import torch
 from hydra import compose, initialize_config_dir
 
+from seq2seq import training
 from seq2seq.config import ConfigError
 from seq2seq.corpus import DataError
 from seq2seq.lit_module import NonFiniteLossError
-from seq2seq import training
 from seq2seq.training import train
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,7 +68,9 @@ def test_resume_after_a_crash_matches_an_uninterrupted_run(tmp_path, epoch_fract
     steps_per_epoch = full["global_step"] // 3
     crash_at = steps_per_epoch + int(epoch_fraction * steps_per_epoch) or steps_per_epoch + 1
     crashed = tmp_path / "crashed"
-    train_with_crash(tiny_config(crashed, cache, "trainer.max_epochs=3", "checkpoint_every_n_steps=1"), crash_at)
+    train_with_crash(
+        tiny_config(crashed, cache, "trainer.max_epochs=3", "checkpoint_every_n_steps=1"), crash_at
+    )
     last = crashed / "checkpoints" / "last.ckpt"
     assert torch.load(last, weights_only=True)["global_step"] == crash_at
     train(tiny_config(crashed, cache, "trainer.max_epochs=3", f"ckpt_path={last}"))
@@ -113,7 +115,7 @@ def test_kill_9_then_resume_finishes_with_the_same_step_count(tmp_path):
     process.kill()  # SIGKILL: no handler runs
     process.wait()
     state = torch.load(last, weights_only=True)  # atomic writes: never half a file
-    assert 0 < state["global_step"]
+    assert state["global_step"] > 0
     resume = _start_training(tmp_path, "trainer.max_epochs=6", f"ckpt_path={last}")
     _, err = resume.communicate(timeout=300)
     assert resume.returncode == 0, err[-2000:]
@@ -144,7 +146,12 @@ def test_non_finite_loss_stops_with_the_step(tmp_path):
 
 
 def test_non_finite_batches_can_be_skipped(tmp_path, caplog):
-    overrides = ("optim.lr=1e12", "optim.warmup_steps=1", "trainer.gradient_clip_val=0", "skip_nonfinite=true")
+    overrides = (
+        "optim.lr=1e12",
+        "optim.warmup_steps=1",
+        "trainer.gradient_clip_val=0",
+        "skip_nonfinite=true",
+    )
     train(tiny_config(tmp_path / "run", tmp_path / "cache", "trainer.max_epochs=1", *overrides))
     assert "non-finite loss" in caplog.text
 
@@ -157,7 +164,7 @@ def test_unwritable_output_dir_fails_before_training(tmp_path):
 
 
 def test_missing_data_file_and_missing_checkpoint_are_clear(tmp_path):
-    with pytest.raises(DataError, match="no-such.tsv"):
+    with pytest.raises(DataError, match=r"no-such\.tsv"):
         train(tiny_config(tmp_path / "run", tmp_path / "cache", "data.path=no-such.tsv"))
     with pytest.raises(ConfigError, match="no checkpoint at"):
         train(tiny_config(tmp_path / "run", tmp_path / "cache", f"ckpt_path={tmp_path / 'nope.ckpt'}"))

@@ -25,7 +25,7 @@ def test_tiny_model_overfits_and_greedy_reproduces_targets():
     torch.manual_seed(0)
     cfg = ModelConfig(d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=2, d_ff=64, dropout=0.0)
     model = Transformer(cfg, 24, 24, PAD_ID)
-    src = pad([s + [EOS_ID] for s, _ in PAIRS])
+    src = pad([[*s, EOS_ID] for s, _ in PAIRS])
     tgt_in = pad([[BOS_ID, *t] for _, t in PAIRS])
     tgt_out = pad([[*t, EOS_ID] for _, t in PAIRS])
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)

@@ -84,7 +84,7 @@ def test_resume_continues_the_step_count(tmp_path):
 
 
 def test_invalid_override_fails_before_training(tmp_path):
-    with pytest.raises(ConfigError, match="model.d_model"):
+    with pytest.raises(ConfigError, match=r"model\.d_model"):
         train(tiny_config(tmp_path, "model.d_model=33"))
     assert not (tmp_path / "run" / "checkpoints").exists()
 

@@ -38,7 +38,9 @@ def reference_attention(
     return F.dropout(weights, dropout_p) @ v, weights
 
 
-def fast_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, dropout_p: float = 0.0) -> Tensor:
+def fast_attention(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, dropout_p: float = 0.0
+) -> Tensor:
     """Same maths as :func:`reference_attention` through the fused SDPA kernel; no weights."""
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
 

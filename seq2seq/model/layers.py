@@ -17,7 +17,9 @@ class FeedForward(nn.Module):
 
     def __init__(self, d_model: int, d_ff: int, dropout: float) -> None:
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(), nn.Dropout(dropout), nn.Linear(d_ff, d_model))
+        self.net = nn.Sequential(
+            nn.Linear(d_model, d_ff), nn.ReLU(), nn.Dropout(dropout), nn.Linear(d_ff, d_model)
+        )
 
     def forward(self, x: Tensor) -> Tensor:
         return self.net(x)
@@ -50,7 +52,9 @@ class EncoderLayer(nn.Module):
 
     def forward(self, x: Tensor, src_mask: Tensor, weights: list[Tensor] | None = None) -> Tensor:
         """x: (B, S, D); src_mask: (B, 1, 1, S). Appends attention weights to ``weights`` if given."""
-        x = self.attn_block(x, lambda h: _record(self.self_attn(h, mask=src_mask, need_weights=weights is not None), weights))
+        x = self.attn_block(
+            x, lambda h: _record(self.self_attn(h, mask=src_mask, need_weights=weights is not None), weights)
+        )
         return self.ffn_block(x, self.ffn)
 
 
@@ -65,7 +69,9 @@ class LayerCache:
 
     def index_select(self, index: Tensor) -> LayerCache:
         """Keep/reorder batch rows, e.g. to follow beams or drop finished sentences."""
-        return LayerCache(*(t.index_select(0, index) for t in (self.self_k, self.self_v, self.cross_k, self.cross_v)))
+        return LayerCache(
+            *(t.index_select(0, index) for t in (self.self_k, self.self_v, self.cross_k, self.cross_v))
+        )
 
 
 class DecoderLayer(nn.Module):
@@ -118,7 +124,9 @@ class DecoderLayer(nn.Module):
             return self.self_attn.attend(h, new_cache.self_k, new_cache.self_v)[0]
 
         x = self.self_block(x, self_attention)
-        x = self.cross_block(x, lambda h: self.cross_attn.attend(h, cache.cross_k, cache.cross_v, src_mask)[0])
+        x = self.cross_block(
+            x, lambda h: self.cross_attn.attend(h, cache.cross_k, cache.cross_v, src_mask)[0]
+        )
         return self.ffn_block(x, self.ffn), new_cache
 
 

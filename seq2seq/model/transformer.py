@@ -61,7 +61,9 @@ class DecoderCache:
     def index_select(self, index: Tensor) -> DecoderCache:
         """Keep/reorder batch rows (beam reordering, dropping finished sentences)."""
         return DecoderCache(
-            [layer.index_select(index) for layer in self.layers], self.src_mask.index_select(0, index), self.length
+            [layer.index_select(index) for layer in self.layers],
+            self.src_mask.index_select(0, index),
+            self.length,
         )
 
 
