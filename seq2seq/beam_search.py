@@ -1,6 +1,6 @@
 """Batched beam search with per-sentence early finishing.
 
-Each step scores every one-token extension of the K live beams of every active sentence,
+Each step scores every one-token extension of the live beams of every active sentence,
 keeps the 2K best (:func:`_expand`), moves EOS-ending ones into the finished list
 (:func:`_finish_eos`), keeps the K best others as the new beams (:func:`_prune`) and drops
 sentences that are done (:func:`_done`) from the batch and the cache. A sentence is done when
@@ -32,12 +32,15 @@ class _Candidates(NamedTuple):
 
 @dataclass
 class _Beams:
-    """Live beams of the sentences still being searched; beam rows are sentence-major (n·K)."""
+    """Live beams of the sentences still being searched; beam rows are sentence-major.
+
+    L, the live beams per sentence, is 1 before the first step and K after it.
+    """
 
     rows: Tensor  # (n,) original index of each active sentence
     limits: Tensor  # (n,) output length limit
-    scores: Tensor  # (n, K) cumulative log-probabilities
-    tokens: Tensor  # (n·K, t) tokens emitted so far
+    scores: Tensor  # (n, L) cumulative log-probabilities
+    tokens: Tensor  # (n·L, t) tokens emitted so far
     n_finished: Tensor  # (n,) hypotheses finished so far
     threshold: Tensor  # (n,) score a hypothesis needs to enter the n-best; -inf until nbest finished
 

@@ -37,8 +37,9 @@ EXAMPLES = f"""examples:
   python {PROG} --ckpt model.ckpt --eval pairs.tsv      (columns in the training corpus's order)
   python {PROG} --ckpt model.ckpt --interactive
 
-Errors (missing or corrupt checkpoint, no GPU, bad data) print one line on stderr and exit 1;
-bad arguments exit 2. With --output, a failed run leaves no partial file.
+Blank input lines give blank output lines; inputs longer than the model's max positions are
+truncated (one warning on stderr). Errors (missing or corrupt checkpoint, no GPU, bad data) print
+one line on stderr and exit 1; bad arguments exit 2. With --output, a failed run leaves no file.
 """
 
 

@@ -111,7 +111,8 @@ def test_worker_loader_matches_in_process(tiny_data_cfg: DataConfig) -> None:
 def test_ranks_of_an_attached_trainer_get_disjoint_shards(datamodule: TranslationDataModule) -> None:
     seen = []
     for rank in range(2):
-        datamodule.trainer = SimpleNamespace(world_size=2, global_rank=rank)
+        fit_loop = SimpleNamespace(restarting=False)
+        datamodule.trainer = SimpleNamespace(world_size=2, global_rank=rank, fit_loop=fit_loop)
         sampler = datamodule.train_dataloader().batch_sampler
         assert (sampler.rank, sampler.world_size) == (rank, 2)
         seen.append([i for batch in sampler for i in batch])
