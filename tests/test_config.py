@@ -1,20 +1,11 @@
 """Bad configuration fails at compose/validation time with the offending key's name."""
 
-from pathlib import Path
-
 import pytest
-from hydra import compose, initialize_config_dir
+from compose import compose_train
 from hydra.errors import ConfigCompositionException
 
 from seq2seq.config import ConfigError, DataConfig, DecodeConfig, ModelConfig, OptimConfig, validated
 from seq2seq.model import Transformer
-
-CONFIGS = str(Path(__file__).resolve().parents[1] / "configs")
-
-
-def compose_train(*overrides: str):
-    with initialize_config_dir(config_dir=CONFIGS, version_base="1.3"):
-        return compose("train", overrides=list(overrides))
 
 
 @pytest.mark.parametrize(

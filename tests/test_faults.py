@@ -10,23 +10,13 @@ from pathlib import Path
 import pytest
 import pytorch_lightning as pl
 import torch
-from hydra import compose, initialize_config_dir
+from compose import ROOT, tiny_run
 
 from seq2seq import training
 from seq2seq.config import ConfigError
 from seq2seq.corpus import DataError
 from seq2seq.lit_module import NonFiniteLossError
 from seq2seq.training import train
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def tiny_config(run_dir: Path, cache_dir: Path, *overrides: str):
-    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
-        return compose(
-            "train",
-            overrides=["experiment=tiny", f"output_dir={run_dir}", f"data.cache_dir={cache_dir}", *overrides],
-        )
 
 
 def final_state(run_dir: Path) -> dict:
@@ -63,17 +53,15 @@ def train_with_crash(cfg, step: int) -> None:
 @pytest.mark.parametrize("epoch_fraction", [0.0, 0.5])
 def test_resume_after_a_crash_matches_an_uninterrupted_run(tmp_path, epoch_fraction):
     cache = tmp_path / "cache"
-    train(tiny_config(tmp_path / "full", cache, "trainer.max_epochs=3"))
+    train(tiny_run(tmp_path / "full", cache, "trainer.max_epochs=3"))
     full = final_state(tmp_path / "full")
     steps_per_epoch = full["global_step"] // 3
     crash_at = steps_per_epoch + int(epoch_fraction * steps_per_epoch) or steps_per_epoch + 1
     crashed = tmp_path / "crashed"
-    train_with_crash(
-        tiny_config(crashed, cache, "trainer.max_epochs=3", "checkpoint_every_n_steps=1"), crash_at
-    )
+    train_with_crash(tiny_run(crashed, cache, "trainer.max_epochs=3", "checkpoint_every_n_steps=1"), crash_at)
     last = crashed / "checkpoints" / "last.ckpt"
     assert torch.load(last, weights_only=True)["global_step"] == crash_at
-    train(tiny_config(crashed, cache, "trainer.max_epochs=3", f"ckpt_path={last}"))
+    train(tiny_run(crashed, cache, "trainer.max_epochs=3", f"ckpt_path={last}"))
     resumed = final_state(crashed)
     assert resumed["global_step"] == full["global_step"]
     for name, weight in full["state_dict"].items():  # same batches in the same order -> same weights
@@ -120,7 +108,7 @@ def test_kill_9_then_resume_finishes_with_the_same_step_count(tmp_path):
     _, err = resume.communicate(timeout=300)
     assert resume.returncode == 0, err[-2000:]
     reference = tmp_path / "reference"
-    train(tiny_config(reference, tmp_path / "cache", "trainer.max_epochs=6"))
+    train(tiny_run(reference, tmp_path / "cache", "trainer.max_epochs=6"))
     assert final_state(tmp_path / "run")["global_step"] == final_state(reference)["global_step"]
 
 
@@ -141,7 +129,7 @@ def test_ctrl_c_saves_a_resumable_checkpoint(tmp_path):
 def test_non_finite_loss_stops_with_the_step(tmp_path):
     overrides = ("optim.lr=1e12", "optim.warmup_steps=1", "trainer.gradient_clip_val=0")
     with pytest.raises(NonFiniteLossError, match=r"at step \d+"):
-        train(tiny_config(tmp_path / "run", tmp_path / "cache", *overrides))
+        train(tiny_run(tmp_path / "run", tmp_path / "cache", *overrides))
     assert not (tmp_path / "run" / "checkpoints" / "best.ckpt").exists()
 
 
@@ -152,7 +140,7 @@ def test_non_finite_batches_can_be_skipped(tmp_path, caplog):
         "trainer.gradient_clip_val=0",
         "skip_nonfinite=true",
     )
-    train(tiny_config(tmp_path / "run", tmp_path / "cache", "trainer.max_epochs=1", *overrides))
+    train(tiny_run(tmp_path / "run", tmp_path / "cache", "trainer.max_epochs=1", *overrides))
     assert "non-finite loss" in caplog.text
 
 
@@ -160,11 +148,11 @@ def test_unwritable_output_dir_fails_before_training(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     with pytest.raises(ConfigError, match="not writable"):
-        train(tiny_config(blocker / "run", tmp_path / "cache"))
+        train(tiny_run(blocker / "run", tmp_path / "cache"))
 
 
 def test_missing_data_file_and_missing_checkpoint_are_clear(tmp_path):
     with pytest.raises(DataError, match=r"no-such\.tsv"):
-        train(tiny_config(tmp_path / "run", tmp_path / "cache", "data.path=no-such.tsv"))
+        train(tiny_run(tmp_path / "run", tmp_path / "cache", "data.path=no-such.tsv"))
     with pytest.raises(ConfigError, match="no checkpoint at"):
-        train(tiny_config(tmp_path / "run", tmp_path / "cache", f"ckpt_path={tmp_path / 'nope.ckpt'}"))
+        train(tiny_run(tmp_path / "run", tmp_path / "cache", f"ckpt_path={tmp_path / 'nope.ckpt'}"))

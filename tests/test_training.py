@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
+from compose import ROOT, tiny_run
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from seq2seq.checkpoint import read_checkpoint
@@ -15,20 +15,9 @@ from seq2seq.config import ConfigError
 from seq2seq.training import train
 from seq2seq.translate import Translator
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 def tiny_config(tmp_path: Path, *overrides: str):
-    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
-        return compose(
-            "train",
-            overrides=[
-                "experiment=tiny",
-                f"output_dir={tmp_path / 'run'}",
-                f"data.cache_dir={tmp_path / 'cache'}",
-                *overrides,
-            ],
-        )
+    return tiny_run(tmp_path / "run", tmp_path / "cache", *overrides)
 
 
 @pytest.fixture(scope="module")

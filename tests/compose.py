@@ -1,0 +1,20 @@
+"""Compose the real Hydra config exactly as ``train.py`` does, for the tests."""
+
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def compose_train(*overrides: str) -> DictConfig:
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+        return compose("train", overrides=list(overrides))
+
+
+def tiny_run(run_dir: Path, cache_dir: Path, *overrides: str) -> DictConfig:
+    """The seconds-long ``tiny`` experiment writing into ``run_dir``."""
+    return compose_train(
+        "experiment=tiny", f"output_dir={run_dir}", f"data.cache_dir={cache_dir}", *overrides
+    )
