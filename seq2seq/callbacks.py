@@ -26,17 +26,36 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         os.replace(partial, path)
 
 
-class SaveOnInterrupt(pl.Callback):
-    """On Ctrl-C, save ``last.ckpt`` so ``ckpt_path=<dir>/last.ckpt`` resumes where training stopped."""
+class SaveLast(pl.Callback):
+    """Keep ``last.ckpt`` current: every n steps, after each validation, at the end, and on Ctrl-C.
 
-    def __init__(self, dirpath: str | Path) -> None:
+    Lightning's ModelCheckpoint refreshes ``last`` only when it also saves a monitored checkpoint,
+    and its step and epoch triggers exclude each other; resuming needs all of them.
+    """
+
+    def __init__(self, dirpath: str | Path, every_n_steps: int = 0) -> None:
         self.path = Path(dirpath) / "last.ckpt"
+        self.every_n_steps = every_n_steps
+        self._saved_step = -1
 
-    def on_exception(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
-    ) -> None:
-        if isinstance(exception, KeyboardInterrupt):
+    def _save(self, trainer: pl.Trainer) -> None:
+        if trainer.global_step != self._saved_step and not trainer.sanity_checking:
             trainer.save_checkpoint(self.path)
+            self._saved_step = trainer.global_step
+
+    def on_train_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
+        if self.every_n_steps and trainer.global_step % self.every_n_steps == 0:
+            self._save(trainer)
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._save(trainer)
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._save(trainer)
+
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, error: BaseException) -> None:
+        if isinstance(error, KeyboardInterrupt):
+            self._save(trainer)
             log.warning("interrupted: saved a resumable checkpoint to %s", self.path)
 
 

@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from pytorch_lightning.callbacks import EarlyStopping, LearningRateMonitor, ModelCheckpoint, RichProgressBar
 from pytorch_lightning.loggers import TensorBoardLogger
 
-from seq2seq.callbacks import AtomicCheckpointIO, SaveOnInterrupt, ShuffleEachEpoch
+from seq2seq.callbacks import AtomicCheckpointIO, SaveLast, ShuffleEachEpoch
 from seq2seq.config import ConfigError, DataConfig, DecodeConfig, ModelConfig, OptimConfig, validated
 from seq2seq.datamodule import TranslationDataModule
 from seq2seq.lit_module import TranslationModule
@@ -50,15 +50,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path) -> pl.Trainer:
     ckpt_dir = run_dir / "checkpoints"
     callbacks: list[pl.Callback] = [
         ModelCheckpoint(dirpath=ckpt_dir, filename="best", monitor="val/bleu", mode="max", save_top_k=1),
-        # Unmonitored: refreshed at every validation and every n steps, whatever the BLEU did.
-        ModelCheckpoint(
-            dirpath=ckpt_dir,
-            filename="last",
-            save_top_k=1,
-            every_n_train_steps=cfg.checkpoint_every_n_steps or None,
-            enable_version_counter=False,
-        ),
-        SaveOnInterrupt(ckpt_dir),
+        SaveLast(ckpt_dir, cfg.checkpoint_every_n_steps),
         ShuffleEachEpoch(),
         LearningRateMonitor(logging_interval="step"),
     ]
