@@ -15,7 +15,7 @@ from typing import Any
 import pytorch_lightning as pl
 import torch
 from omegaconf import DictConfig, OmegaConf
-from pytorch_lightning.callbacks import EarlyStopping, LearningRateMonitor, ModelCheckpoint, RichProgressBar
+from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint, RichProgressBar
 from pytorch_lightning.loggers import TensorBoardLogger
 
 from seq2seq.callbacks import AtomicCheckpointIO, SaveLast, ShuffleEachEpoch
@@ -52,7 +52,6 @@ def build_trainer(cfg: DictConfig, run_dir: Path) -> pl.Trainer:
         ModelCheckpoint(dirpath=ckpt_dir, filename="best", monitor="val/bleu", mode="max", save_top_k=1),
         SaveLast(ckpt_dir, cfg.checkpoint_every_n_steps),
         ShuffleEachEpoch(),
-        LearningRateMonitor(logging_interval="step"),
     ]
     if cfg.early_stopping_patience:
         callbacks.append(EarlyStopping(monitor="val/bleu", mode="max", patience=cfg.early_stopping_patience))
