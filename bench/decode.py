@@ -36,6 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from seq2seq import corpus  # noqa: E402
+from seq2seq.batching import pad_ids  # noqa: E402
 from seq2seq.checkpoint import load_model  # noqa: E402
 from seq2seq.config import DecodeConfig, ModelConfig  # noqa: E402
 from seq2seq.decoding import generate, greedy_search  # noqa: E402
@@ -57,13 +58,6 @@ def read_pairs(count: int) -> tuple[list[str], list[str]]:
         pairs = [line.rstrip("\n").split("\t")[:2] for line in handle]
     picked = [pairs[int(i * len(pairs) / count)] for i in range(count)]
     return [en for en, _ in picked], [es for _, es in picked]
-
-
-def pad(rows: list[list[int]]) -> torch.Tensor:
-    out = torch.full((len(rows), max(map(len, rows))), PAD_ID, dtype=torch.long)  # (B, S)
-    for i, row in enumerate(rows):
-        out[i, : len(row)] = torch.tensor(row)
-    return out
 
 
 def median_times(runs: dict[str, Callable[[], object]], reps: int) -> dict[str, float]:
@@ -228,7 +222,7 @@ def main() -> None:
     model = Transformer(cfg, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, PAD_ID).eval()
     step = len(sources) // args.batch
     batch_sources = [sources[i * step] for i in range(args.batch)]
-    src = pad([[*ids, EOS_ID] for ids in tokenizer.encode_source(batch_sources)])
+    src = pad_ids([[*ids, EOS_ID] for ids in tokenizer.encode_source(batch_sources)])
     print(f"size {args.size}: {cfg}, vocab {tokenizer.src_vocab_size}, {torch.get_num_threads()} threads")
     print(f"batch of {args.batch} real sentences, {src.size(1)} source tokens at most")
 

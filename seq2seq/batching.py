@@ -32,7 +32,8 @@ def pair_lengths(src_len: np.ndarray, tgt_len: np.ndarray) -> np.ndarray:
     return np.maximum(src_len + 1, tgt_len + 1)
 
 
-def _pad(rows: list[list[int]]) -> torch.Tensor:
+def pad_ids(rows: list[list[int]]) -> torch.Tensor:
+    """Right-pad id lists with PAD_ID into one (B, longest) long tensor."""
     out = torch.full((len(rows), max(map(len, rows))), PAD_ID, dtype=torch.long)
     for i, row in enumerate(rows):
         out[i, : len(row)] = torch.tensor(row, dtype=torch.long)
@@ -41,9 +42,9 @@ def _pad(rows: list[list[int]]) -> torch.Tensor:
 
 def collate(examples: list[dict]) -> Batch:
     """Turn ``{"src_ids", "tgt_ids"}`` dicts (no specials yet) into a padded :class:`Batch`."""
-    src = _pad([[*ex["src_ids"], EOS_ID] for ex in examples])  # (B, S)
-    tgt_in = _pad([[BOS_ID, *ex["tgt_ids"]] for ex in examples])  # (B, T)
-    tgt_out = _pad([[*ex["tgt_ids"], EOS_ID] for ex in examples])  # (B, T)
+    src = pad_ids([[*ex["src_ids"], EOS_ID] for ex in examples])  # (B, S)
+    tgt_in = pad_ids([[BOS_ID, *ex["tgt_ids"]] for ex in examples])  # (B, T)
+    tgt_out = pad_ids([[*ex["tgt_ids"], EOS_ID] for ex in examples])  # (B, T)
     return Batch(src, tgt_in, tgt_out)
 
 

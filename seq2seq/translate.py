@@ -18,11 +18,12 @@ from pathlib import Path
 
 import torch
 
+from seq2seq.batching import pad_ids
 from seq2seq.checkpoint import load_model
 from seq2seq.config import DecodeConfig
 from seq2seq.decoding import Hypothesis, generate
 from seq2seq.model import Transformer
-from seq2seq.tokenizer import EOS_ID, PAD_ID, TranslationTokenizer
+from seq2seq.tokenizer import EOS_ID, TranslationTokenizer
 
 log = logging.getLogger(__name__)
 
@@ -46,13 +47,6 @@ def resolve_device(name: str | torch.device) -> torch.device:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {name!r} requested but no CUDA GPU is available; use 'cpu' or 'auto'")
     return device
-
-
-def _pad(rows: list[list[int]], device: torch.device) -> torch.Tensor:
-    out = torch.full((len(rows), max(map(len, rows))), PAD_ID, dtype=torch.long)  # (B, S)
-    for i, row in enumerate(rows):
-        out[i, : len(row)] = torch.tensor(row, dtype=torch.long)
-    return out.to(device)
 
 
 def _one_line(text: str) -> str:
@@ -127,7 +121,7 @@ class Translator:
 
     def search(self, sources: list[list[int]], cfg: DecodeConfig) -> list[list[Hypothesis]]:
         """Decode one batch of encoded sources (non-empty, from :meth:`encode`)."""
-        return generate(self.model, _pad(sources, self.device), cfg)
+        return generate(self.model, pad_ids(sources).to(self.device), cfg)
 
     def _translate_chunk(
         self, texts: list[str], cfg: DecodeConfig, batch_tokens: int

@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from seq2seq.batching import pad_ids
 from seq2seq.config import DecodeConfig, ModelConfig
 from seq2seq.decoding import Hypothesis, beam_search, generate, greedy_search
 from seq2seq.model import Transformer
@@ -15,13 +16,6 @@ from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 VOCAB = 24
 SOURCES = [[5, 6, 7], [8, 9, 10, 11, 12, 13], [14, 15], [16, 17, 18, 19, 20], [21, 22, 23, 4], [6]]
-
-
-def _pad(rows: list[list[int]]) -> torch.Tensor:
-    out = torch.full((len(rows), max(map(len, rows))), PAD_ID, dtype=torch.long)
-    for i, row in enumerate(rows):
-        out[i, : len(row)] = torch.tensor(row)
-    return out
 
 
 def _target(source: list[int]) -> list[int]:
@@ -39,9 +33,9 @@ def _model(seed: int) -> Transformer:
 def trained() -> Transformer:
     """A tiny model taught to reverse a handful of id sequences (40 steps, a few seconds on CPU)."""
     model = _model(0)
-    src = _pad([[*s, EOS_ID] for s in SOURCES])
-    tgt_in = _pad([[BOS_ID, *_target(s)] for s in SOURCES])
-    tgt_out = _pad([[*_target(s), EOS_ID] for s in SOURCES])
+    src = pad_ids([[*s, EOS_ID] for s in SOURCES])
+    tgt_in = pad_ids([[BOS_ID, *_target(s)] for s in SOURCES])
+    tgt_out = pad_ids([[*_target(s), EOS_ID] for s in SOURCES])
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     for _ in range(40):
         logits = model(src, tgt_in)
@@ -59,7 +53,7 @@ def untrained() -> Transformer:
 
 
 def _src() -> torch.Tensor:
-    return _pad([[*s, EOS_ID] for s in SOURCES])
+    return pad_ids([[*s, EOS_ID] for s in SOURCES])
 
 
 def _tokens(hypotheses: list[list[Hypothesis]]) -> list[list[list[int]]]:
@@ -93,7 +87,7 @@ def test_batched_equals_one_by_one(name: str, beam: int, request: pytest.Fixture
     model = request.getfixturevalue(name)
     cfg = DecodeConfig(beam_size=beam, nbest=beam, max_len_a=1.0, max_len_b=3)
     batched = generate(model, _src(), cfg)
-    alone = [generate(model, _pad([[*s, EOS_ID]]), cfg)[0] for s in SOURCES]
+    alone = [generate(model, pad_ids([[*s, EOS_ID]]), cfg)[0] for s in SOURCES]
     _assert_same(batched, alone)
     assert any(h.tokens for sentence in batched for h in sentence)
 

@@ -2,6 +2,7 @@
 
 import torch
 
+from seq2seq.batching import pad_ids
 from seq2seq.config import DecodeConfig, ModelConfig
 from seq2seq.decoding import generate
 from seq2seq.loss import label_smoothed_loss
@@ -16,18 +17,13 @@ PAIRS = [  # source ids -> target ids, different lengths, no specials
 ]
 
 
-def pad(rows: list[list[int]]) -> torch.Tensor:
-    width = max(len(r) for r in rows)
-    return torch.tensor([r + [PAD_ID] * (width - len(r)) for r in rows])
-
-
 def test_tiny_model_overfits_and_greedy_reproduces_targets():
     torch.manual_seed(0)
     cfg = ModelConfig(d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=2, d_ff=64, dropout=0.0)
     model = Transformer(cfg, 24, 24, PAD_ID)
-    src = pad([[*s, EOS_ID] for s, _ in PAIRS])
-    tgt_in = pad([[BOS_ID, *t] for _, t in PAIRS])
-    tgt_out = pad([[*t, EOS_ID] for _, t in PAIRS])
+    src = pad_ids([[*s, EOS_ID] for s, _ in PAIRS])
+    tgt_in = pad_ids([[BOS_ID, *t] for _, t in PAIRS])
+    tgt_out = pad_ids([[*t, EOS_ID] for _, t in PAIRS])
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
     for _ in range(300):
         loss_sum, _, n_tokens = label_smoothed_loss(model(src, tgt_in), tgt_out, smoothing=0.0)
