@@ -101,9 +101,10 @@ def test_position_beyond_max_fails_clearly():
         model.encode(torch.ones(1, 33, dtype=torch.long))
 
 
+@pytest.mark.parametrize("capacity", [1, 32])  # 1: the buffers must grow while decoding
 @pytest.mark.parametrize("norm_first", [False, True])
 @pytest.mark.parametrize("learned_positions", [False, True])
-def test_cached_step_equals_full_decoder(norm_first, learned_positions):
+def test_cached_step_equals_full_decoder(norm_first, learned_positions, capacity):
     model = tiny_model(norm_first=norm_first, learned_positions=learned_positions)
     if learned_positions:
         torch.nn.init.normal_(model.tgt_embed.positions)
@@ -111,7 +112,7 @@ def test_cached_step_equals_full_decoder(norm_first, learned_positions):
     tgt[0, 4] = 22  # no padding inside the prefix fed step by step
     memory, src_mask = model.encode(src)
     full = model.decode(tgt, memory, src_mask)
-    cache = model.start_cache(memory, src_mask)
+    cache = model.start_cache(memory, src_mask, capacity)
     steps = []
     for t in range(tgt.size(1)):
         logits, cache = model.step(tgt[:, t], cache)

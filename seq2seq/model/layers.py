@@ -60,18 +60,36 @@ class EncoderLayer(nn.Module):
 
 @dataclass
 class LayerCache:
-    """One decoder layer's incremental state: growing self-attention K/V, fixed cross-attention K/V."""
+    """One decoder layer's incremental state: self-attention K/V buffers, fixed cross-attention K/V.
 
-    self_k: Tensor  # (B, H, t, D/H)
-    self_v: Tensor  # (B, H, t, D/H)
+    The self-attention buffers hold ``capacity`` positions filled in place, so a step writes one
+    slot instead of re-allocating and copying every earlier key/value (``torch.cat``); only the
+    first ``length`` positions are valid. A full buffer doubles.
+    """
+
+    self_k: Tensor  # (B, H, capacity, D/H)
+    self_v: Tensor  # (B, H, capacity, D/H)
     cross_k: Tensor  # (B, H, S, D/H)
     cross_v: Tensor  # (B, H, S, D/H)
+    length: int = 0  # valid self-attention positions
 
     def index_select(self, index: Tensor) -> LayerCache:
-        """Keep/reorder batch rows, e.g. to follow beams or drop finished sentences."""
-        return LayerCache(
-            *(t.index_select(0, index) for t in (self.self_k, self.self_v, self.cross_k, self.cross_v))
-        )
+        """Keep/reorder batch rows, e.g. to follow beams or drop finished sentences.
+
+        Copies only the valid self-attention positions; the next step regrows the buffers.
+        """
+        self_kv = (t[:, :, : self.length].index_select(0, index) for t in (self.self_k, self.self_v))
+        cross_kv = (t.index_select(0, index) for t in (self.cross_k, self.cross_v))
+        return LayerCache(*self_kv, *cross_kv, self.length)
+
+    def with_room(self) -> LayerCache:
+        """This cache, with its self-attention buffers doubled (at least 8 more) when they are full."""
+        if self.length < self.self_k.size(2):
+            return self
+        b, h, capacity, dh = self.self_k.shape
+        extra = max(capacity, 8)
+        grown = [torch.cat([t, t.new_empty(b, h, extra, dh)], dim=2) for t in (self.self_k, self.self_v)]
+        return LayerCache(*grown, self.cross_k, self.cross_v, self.length)
 
 
 class DecoderLayer(nn.Module):
@@ -104,30 +122,34 @@ class DecoderLayer(nn.Module):
         )
         return self.ffn_block(x, self.ffn)
 
-    def start_cache(self, memory: Tensor) -> LayerCache:
-        """Empty self-attention cache plus cross-attention K/V, computed once per source."""
+    def start_cache(self, memory: Tensor, capacity: int) -> LayerCache:
+        """Self-attention buffers for ``capacity`` positions plus cross-attention K/V, computed once."""
         cross_k, cross_v = self.cross_attn.project_kv(memory)
-        empty = cross_k.new_empty(cross_k.size(0), cross_k.size(1), 0, cross_k.size(3))
-        return LayerCache(empty, empty, cross_k, cross_v)
+        b, h, _, dh = cross_k.shape
+        buffers = [cross_k.new_empty(b, h, capacity, dh) for _ in range(2)]  # (B, H, capacity, D/H)
+        return LayerCache(*buffers, cross_k, cross_v)
 
     def step(self, x: Tensor, cache: LayerCache, src_mask: Tensor) -> tuple[Tensor, LayerCache]:
         """Decode one new position. x: (B, 1, D) -> (B, 1, D) and the grown cache.
 
+        Writes the new key/value into the buffers in place: the cache passed in must not be reused.
         The new token may attend to every cached position, so no causal mask is needed.
         """
-        new_cache = LayerCache(cache.self_k, cache.self_v, cache.cross_k, cache.cross_v)
+        cache = cache.with_room()
+        t = cache.length
 
         def self_attention(h: Tensor) -> Tensor:
             k, v = self.self_attn.project_kv(h)  # (B, H, 1, D/H)
-            new_cache.self_k = torch.cat([cache.self_k, k], dim=2)
-            new_cache.self_v = torch.cat([cache.self_v, v], dim=2)
-            return self.self_attn.attend(h, new_cache.self_k, new_cache.self_v)[0]
+            cache.self_k[:, :, t : t + 1] = k
+            cache.self_v[:, :, t : t + 1] = v
+            return self.self_attn.attend(h, cache.self_k[:, :, : t + 1], cache.self_v[:, :, : t + 1])[0]
 
         x = self.self_block(x, self_attention)
         x = self.cross_block(
             x, lambda h: self.cross_attn.attend(h, cache.cross_k, cache.cross_v, src_mask)[0]
         )
-        return self.ffn_block(x, self.ffn), new_cache
+        grown = LayerCache(cache.self_k, cache.self_v, cache.cross_k, cache.cross_v, t + 1)
+        return self.ffn_block(x, self.ffn), grown
 
 
 def _record(result: tuple[Tensor, Tensor | None], sink: list[Tensor] | None) -> Tensor:

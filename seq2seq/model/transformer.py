@@ -126,9 +126,12 @@ class Transformer(nn.Module):
         memory, src_mask = self.encode(src)
         return self.decode(tgt, memory, src_mask)
 
-    def start_cache(self, memory: Tensor, src_mask: Tensor) -> DecoderCache:
-        """Cache for :meth:`step`; computes every layer's cross-attention K/V once."""
-        return DecoderCache([layer.start_cache(memory) for layer in self.decoder_layers], src_mask)
+    def start_cache(self, memory: Tensor, src_mask: Tensor, capacity: int = 32) -> DecoderCache:
+        """Cache for :meth:`step`; computes every layer's cross-attention K/V once.
+
+        ``capacity`` target positions are preallocated; the buffers double when exceeded.
+        """
+        return DecoderCache([layer.start_cache(memory, capacity) for layer in self.decoder_layers], src_mask)
 
     def step(self, tokens: Tensor, cache: DecoderCache) -> tuple[Tensor, DecoderCache]:
         """Feed the newest token of each row. tokens: (B,) -> next-token logits (B, V) and the new cache."""
