@@ -19,7 +19,7 @@ from seq2seq.model import Transformer
 from seq2seq.tokenizer import PAD_ID, TranslationTokenizer
 
 KEY = "seq2seq"
-MODEL_PREFIX = "model."  # the LightningModule keeps the Transformer at `self.model`
+MODEL_PREFIX = "model."  # the LightningModule keeps the Transformer at `self.model` (or `ema_model`)
 
 
 class CheckpointError(RuntimeError):
@@ -70,10 +70,11 @@ def load_model(path: str | Path, map_location: str | torch.device = "cpu") -> Lo
     meta = checkpoint[KEY]
     model_cfg = ModelConfig(**meta["model_config"])
     model = Transformer(model_cfg, meta["src_vocab_size"], meta["tgt_vocab_size"], PAD_ID)
+    prefix = meta.get("weights_prefix", MODEL_PREFIX)  # the validated weights: EMA when trained with it
     weights = {
-        name[len(MODEL_PREFIX) :]: tensor
+        name[len(prefix) :]: tensor
         for name, tensor in checkpoint["state_dict"].items()
-        if name.startswith(MODEL_PREFIX)
+        if name.startswith(prefix)
     }
     try:
         model.load_state_dict(weights)

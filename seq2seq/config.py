@@ -151,11 +151,13 @@ class OptimConfig:
     eps: float = 1e-9
     weight_decay: float = 0.0
     label_smoothing: float = 0.1
+    ema_decay: float = 0.0  # evaluate and ship an exponential moving average of the weights; 0 = off
 
     def __post_init__(self) -> None:
         _positive("optim.lr", self.lr)
         _positive("optim.warmup_steps", self.warmup_steps)
         _probability("optim.label_smoothing", self.label_smoothing)
+        _probability("optim.ema_decay", self.ema_decay)
 
 
 def validated(schema: type, cfg: DictConfig | dict[str, Any], key: str) -> Any:

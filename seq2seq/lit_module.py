@@ -6,6 +6,7 @@ work; the tokenizer travels in the checkpoint under ``checkpoint["seq2seq"]``.
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import time
@@ -62,16 +63,28 @@ class TranslationModule(pl.LightningModule):
         self.decode_cfg = DecodeConfig(**decode)
         self.data_cfg = DataConfig(**data)
         self.model = Transformer(self.model_cfg, src_vocab_size, tgt_vocab_size, PAD_ID)
+        # A running average of the weights is a better model than the noisy latest one while the
+        # learning rate is still high, i.e. for the whole of a short run; it is what gets validated.
+        self.ema_model = (
+            copy.deepcopy(self.model).requires_grad_(False) if self.optim_cfg.ema_decay > 0 else None
+        )
         self.tokenizer = tokenizer
         self.skip_nonfinite = skip_nonfinite
         self._step_started = time.perf_counter()
         self.best_bleu = 0.0
+        self.val_samples: tuple[list[str], list[list[str]], list[str]] = ([], [], [])
+
+    @property
+    def eval_model(self) -> Transformer:
+        """The weights that are validated and that inference loads: the EMA when enabled."""
+        return self.ema_model if self.ema_model is not None else self.model
 
     def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
         return self.model(src, tgt)
 
     def _shared_step(self, batch: Batch, stage: str) -> Tensor:
-        logits = self.model(batch.src, batch.tgt_in)
+        model = self.model if stage == "train" else self.eval_model
+        logits = model(batch.src, batch.tgt_in)
         loss_sum, nll_sum, n_tokens = label_smoothed_loss(
             logits, batch.tgt_out, self.optim_cfg.label_smoothing
         )
@@ -116,8 +129,10 @@ class TranslationModule(pl.LightningModule):
         sources, references = self.trainer.datamodule.references("valid")
         if not sources:
             return
-        translator = Translator(self.model, self.tokenizer, self.decode_cfg, self.device)
-        scores = score(translator.translate(sources), references)
+        translator = Translator(self.eval_model, self.tokenizer, self.decode_cfg, self.device)
+        hypotheses = translator.translate(sources)
+        self.val_samples = (sources, references, hypotheses)
+        scores = score(hypotheses, references)
         self.best_bleu = max(self.best_bleu, scores["bleu"])
         self.log("val/bleu", scores["bleu"], prog_bar=True, sync_dist=False)
         self.log("val/chrf", scores["chrf"], sync_dist=False)
@@ -126,7 +141,7 @@ class TranslationModule(pl.LightningModule):
     def configure_optimizers(self) -> Any:
         cfg = self.optim_cfg
         optimizer = torch.optim.AdamW(
-            self.parameters(),
+            self.model.parameters(),
             lr=cfg.lr,
             betas=tuple(cfg.betas),
             eps=cfg.eps,
@@ -136,11 +151,26 @@ class TranslationModule(pl.LightningModule):
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, inverse_sqrt_schedule(cfg.warmup_steps))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
+    def optimizer_step(self, *args: Any, **kwargs: Any) -> None:
+        super().optimizer_step(*args, **kwargs)
+        if self.ema_model is not None:
+            self._update_ema()
+
+    @torch.no_grad()
+    def _update_ema(self) -> None:
+        """ema += (1 - decay)·(weights - ema); the decay ramps up over the first steps, so the
+        average does not drag the random initialisation along."""
+        n = self.global_step
+        decay = min(self.optim_cfg.ema_decay, (1 + n) / (10 + n))
+        for averaged, current in zip(self.ema_model.parameters(), self.model.parameters(), strict=True):
+            averaged.lerp_(current, 1.0 - decay)
+
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         if self.tokenizer is None:
             raise RuntimeError("attach the tokenizer before saving: checkpoints must be self-contained")
         checkpoint[KEY] = inference_state(self.model_cfg, self.decode_cfg, self.data_cfg, self.tokenizer)
         checkpoint[KEY]["best_bleu"] = self.best_bleu
+        checkpoint[KEY]["weights_prefix"] = "ema_model." if self.ema_model is not None else "model."
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         meta = checkpoint.get(KEY, {})

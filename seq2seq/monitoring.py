@@ -10,7 +10,6 @@ from pytorch_lightning.utilities import rank_zero_only
 from torch import Tensor
 
 from seq2seq.tokenizer import BOS_ID, EOS_ID
-from seq2seq.translate import Translator
 
 
 def attention_figure(weights: Tensor, query_tokens: list[str], key_tokens: list[str], title: str) -> Figure:
@@ -26,7 +25,7 @@ def attention_figure(weights: Tensor, query_tokens: list[str], key_tokens: list[
 
 
 class TensorBoardPanels(pl.Callback):
-    """Each validation: a text table of fixed sentences and attention maps for the first one."""
+    """Each validation: a text table of the first validation translations, attention maps of the first."""
 
     def __init__(self, n_samples: int = 4) -> None:
         self.n_samples = n_samples
@@ -41,21 +40,14 @@ class TensorBoardPanels(pl.Callback):
             logger.log_hyperparams(pl_module.hparams, {"hp/best_bleu": 0.0})
 
     @rank_zero_only
-    def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """Runs after the module's ``on_validation_epoch_end``, so its fresh translations are reused."""
         logger = self._logger(trainer)
-        if (
-            logger is None
-            or trainer.sanity_checking
-            or trainer.datamodule is None
-            or pl_module.tokenizer is None
-        ):
+        if logger is None or trainer.sanity_checking:
             return
-        sources, references = trainer.datamodule.references("valid")
-        sources, references = sources[: self.n_samples], references[: self.n_samples]
+        sources, references, hypotheses = (part[: self.n_samples] for part in pl_module.val_samples)
         if not sources:
             return
-        translator = Translator(pl_module.model, pl_module.tokenizer, pl_module.decode_cfg, pl_module.device)
-        hypotheses = translator.translate(sources)
         rows = [
             f"| {s} | {' / '.join(r)} | {h} |"
             for s, r, h in zip(sources, references, hypotheses, strict=True)
@@ -77,7 +69,7 @@ class TensorBoardPanels(pl.Callback):
         was_training = pl_module.training
         pl_module.eval()
         with torch.no_grad():
-            maps = pl_module.model.attention_maps(
+            maps = pl_module.eval_model.attention_maps(
                 torch.tensor([src_ids], device=device), torch.tensor([tgt_ids], device=device)
             )
         pl_module.train(was_training)

@@ -9,7 +9,7 @@ import torch
 from compose import ROOT, tiny_run
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from seq2seq.checkpoint import read_checkpoint
+from seq2seq.checkpoint import load_model, read_checkpoint
 from seq2seq.cli_translate import main as translate_main
 from seq2seq.config import ConfigError
 from seq2seq.training import train
@@ -53,6 +53,15 @@ def test_checkpoint_is_self_contained_and_translates(trained_run):
     translator = Translator.from_checkpoint(trained_run / "checkpoints" / "best.ckpt", device="cpu")
     outputs = translator.translate(["How are you?", "I like coffee."])
     assert len(outputs) == 2 and all(isinstance(o, str) for o in outputs)
+
+
+def test_inference_loads_the_validated_moving_average_weights(trained_run):
+    path = trained_run / "checkpoints" / "best.ckpt"
+    state = read_checkpoint(path)["state_dict"]
+    loaded = load_model(path).model.state_dict()
+    name = "generator.weight"
+    assert not torch.equal(state[f"model.{name}"], state[f"ema_model.{name}"])
+    torch.testing.assert_close(loaded[name], state[f"ema_model.{name}"], rtol=0, atol=0)
 
 
 def test_validation_bleu_equals_the_evaluation_command(trained_run, capsys):
