@@ -8,22 +8,38 @@ from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
+import torch
 from lightning_fabric.plugins import TorchCheckpointIO
+
+from seq2seq.checkpoint import CheckpointError
 
 log = logging.getLogger(__name__)
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """Write each checkpoint to a temporary file, then rename: a kill never leaves half a file."""
+    """Write each checkpoint to a temporary file, flush it to disk, then rename it into place.
+
+    A kill never leaves half a file. A failed write (disk full, directory gone) removes the partial
+    file, keeps the previous checkpoint as it was, and stops training with a one-line
+    :class:`CheckpointError`.
+    """
 
     def save_checkpoint(
         self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None
     ) -> None:
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_name(f".{path.name}.partial")
-        super().save_checkpoint(checkpoint, partial, storage_options)
-        os.replace(partial, path)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(partial, "wb") as handle:
+                torch.save(checkpoint, handle)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(partial, path)
+        except (OSError, RuntimeError) as err:  # torch reports some failed writes as RuntimeError
+            partial.unlink(missing_ok=True)
+            reason = getattr(err, "strerror", None) or str(err).splitlines()[0]
+            raise CheckpointError(f"cannot write checkpoint {path}: {reason}") from err
 
 
 class SaveLast(pl.Callback):

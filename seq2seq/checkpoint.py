@@ -68,8 +68,20 @@ def load_model(path: str | Path, map_location: str | torch.device = "cpu") -> Lo
     """Rebuild the Transformer and tokenizer from a checkpoint, in eval mode."""
     checkpoint = read_checkpoint(path, map_location)
     meta = checkpoint[KEY]
-    model_cfg = ModelConfig(**meta["model_config"])
-    model = Transformer(model_cfg, meta["src_vocab_size"], meta["tgt_vocab_size"], PAD_ID)
+    try:
+        model_cfg = ModelConfig(**meta["model_config"])
+        decode_cfg = DecodeConfig(**meta["decode_config"])
+        data_cfg = DataConfig(**meta["data_config"])
+        tokenizer = TranslationTokenizer.from_dict(meta["tokenizer"])
+        vocab_sizes = meta["src_vocab_size"], meta["tgt_vocab_size"]
+    except Exception as err:  # another version's or a hand-edited entry; tokenizers raises bare Exception
+        raise CheckpointError(f"{path}: unusable seq2seq entry ({type(err).__name__}: {err})") from err
+    if (tokenizer.src_vocab_size, tokenizer.tgt_vocab_size) != vocab_sizes:
+        raise CheckpointError(
+            f"{path}: its tokenizer ({tokenizer.src_vocab_size}/{tokenizer.tgt_vocab_size} tokens) does not "
+            f"belong to its model ({vocab_sizes[0]}/{vocab_sizes[1]})"
+        )
+    model = Transformer(model_cfg, *vocab_sizes, PAD_ID)
     prefix = meta.get("weights_prefix", MODEL_PREFIX)  # the validated weights: EMA when trained with it
     weights = {
         name[len(prefix) :]: tensor
@@ -82,10 +94,4 @@ def load_model(path: str | Path, map_location: str | torch.device = "cpu") -> Lo
         raise CheckpointError(
             f"{path}: weights do not match its model config: {str(err).splitlines()[0]}"
         ) from err
-    tokenizer = TranslationTokenizer.from_dict(meta["tokenizer"])
-    return LoadedModel(
-        model.to(map_location).eval(),
-        tokenizer,
-        DecodeConfig(**meta["decode_config"]),
-        DataConfig(**meta["data_config"]),
-    )
+    return LoadedModel(model.to(map_location).eval(), tokenizer, decode_cfg, data_cfg)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import os
 import stat
 import sys
@@ -37,9 +38,10 @@ EXAMPLES = f"""examples:
   python {PROG} --ckpt model.ckpt --eval pairs.tsv      (columns in the training corpus's order)
   python {PROG} --ckpt model.ckpt --interactive
 
-Blank input lines give blank output lines; inputs longer than the model's max positions are
-truncated (one warning on stderr). Errors (missing or corrupt checkpoint, no GPU, bad data) print
-one line on stderr and exit 1; bad arguments exit 2. With --output, a failed run leaves no file.
+Blank input lines give blank output lines; bytes that are not UTF-8 are read as U+FFFD; inputs
+longer than the model's max positions are truncated (one warning on stderr). Errors (missing,
+corrupt or mismatched checkpoint, no GPU, bad data) print one line on stderr and exit 1; bad
+arguments exit 2. With --output, a failed run leaves no file.
 """
 
 
@@ -216,6 +218,8 @@ def _interactive(translator: Translator, args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     _check(args)
+    if isinstance(sys.stdin, io.TextIOWrapper):  # bytes that are not UTF-8 become U+FFFD, not a crash
+        sys.stdin.reconfigure(errors="replace")
     device = resolve_device(args.device)
     loaded = load_model(args.ckpt, map_location=device)
     settings = decode_settings(loaded.decode_config, args)

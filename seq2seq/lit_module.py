@@ -162,8 +162,7 @@ class TranslationModule(pl.LightningModule):
         average does not drag the random initialisation along."""
         n = self.global_step
         decay = min(self.optim_cfg.ema_decay, (1 + n) / (10 + n))
-        for averaged, current in zip(self.ema_model.parameters(), self.model.parameters(), strict=True):
-            averaged.lerp_(current, 1.0 - decay)
+        torch._foreach_lerp_(list(self.ema_model.parameters()), list(self.model.parameters()), 1.0 - decay)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         if self.tokenizer is None:

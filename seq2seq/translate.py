@@ -107,7 +107,8 @@ class Translator:
 
     def encode(self, texts: list[str]) -> list[list[int]]:
         """Source ids + EOS per text, cut to the model's max positions; [] for a blank text."""
-        stripped = [text.strip() for text in texts]
+        # Lone surrogates (undecodable bytes read with surrogateescape) cannot reach the tokenizer.
+        stripped = [text.encode("utf-8", "replace").decode("utf-8").strip() for text in texts]
         limit = self.model.cfg.max_positions - 1  # room for EOS
         encoded = []
         for ids in self.tokenizer.encode_source(stripped):

@@ -1,6 +1,7 @@
-"""Training faults: kill -9, Ctrl-C, mid-epoch resume, non-finite loss, unusable paths."""
+"""Training faults: kill -9, Ctrl-C, mid-epoch resume, non-finite loss, unusable paths, full disk."""
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import torch
 from compose import ROOT, tiny_run
 
 from seq2seq import training
+from seq2seq.checkpoint import CheckpointError
 from seq2seq.config import ConfigError
 from seq2seq.corpus import DataError
 from seq2seq.lit_module import NonFiniteLossError
@@ -156,3 +158,25 @@ def test_missing_data_file_and_missing_checkpoint_are_clear(tmp_path):
         train(tiny_run(tmp_path / "run", tmp_path / "cache", "data.path=no-such.tsv"))
     with pytest.raises(ConfigError, match="no checkpoint at"):
         train(tiny_run(tmp_path / "run", tmp_path / "cache", f"ckpt_path={tmp_path / 'nope.ckpt'}"))
+
+
+def test_disk_nearly_full_fails_before_training(tmp_path, monkeypatch):
+    nearly_full = shutil.disk_usage(tmp_path)._replace(free=20 * 2**20)
+    monkeypatch.setattr(training.shutil, "disk_usage", lambda path: nearly_full)
+    with pytest.raises(ConfigError, match="has only 20 MiB free"):
+        train(tiny_run(tmp_path / "run", tmp_path / "cache"))
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (Linux)")
+def test_disk_full_while_saving_keeps_the_previous_checkpoint(tmp_path):
+    """The write of the next last.ckpt hits a real ENOSPC: writes to /dev/full always do."""
+    train(tiny_run(tmp_path / "run", tmp_path / "cache", "trainer.max_epochs=1"))
+    checkpoints = tmp_path / "run" / "checkpoints"
+    before = (checkpoints / "last.ckpt").read_bytes()
+    (checkpoints / ".last.ckpt.partial").symlink_to("/dev/full")  # where the next save writes first
+    resume = f"ckpt_path={checkpoints / 'last.ckpt'}"
+    with pytest.raises(CheckpointError, match=r"cannot write checkpoint .*last\.ckpt"):
+        train(tiny_run(tmp_path / "run", tmp_path / "cache", "trainer.max_epochs=2", resume))
+    assert (checkpoints / "last.ckpt").read_bytes() == before
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["best.ckpt", "last.ckpt"]

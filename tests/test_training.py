@@ -120,3 +120,28 @@ def test_ddp_on_two_cpu_processes(tmp_path):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert (tmp_path / "run" / "checkpoints" / "last.ckpt").is_file()
+
+
+@pytest.mark.slow
+def test_multirun_sweep_writes_one_run_directory_per_job(tmp_path):
+    result = subprocess.run(
+        [
+            sys.executable,
+            "train.py",
+            "--multirun",
+            "experiment=tiny",
+            "trainer.max_epochs=1",
+            "optim.lr=1e-3,3e-3",
+            f"data.cache_dir={tmp_path / 'cache'}",
+            f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    for job, lr in enumerate(["0.001", "0.003"]):
+        run = tmp_path / "sweep" / str(job)
+        assert (run / "checkpoints" / "last.ckpt").is_file()
+        assert f"lr: {lr}" in (run / "config.yaml").read_text()

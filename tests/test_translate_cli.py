@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import itertools
 import logging
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -228,3 +229,135 @@ def test_variable_reference_counts_are_padded_with_none() -> None:
     repeated = [["el gato está sobre la mesa", "un gato está en la mesa"], ["hola amigo mío y tuyo"] * 2]
     assert result["bleu"] == pytest.approx(score(hypotheses, repeated)["bleu"])  # None == "no reference"
     assert result["chrf"] == pytest.approx(score(hypotheses, repeated)["chrf"])
+
+
+def _rewritten(checkpoint: Path, tmp_path: Path, change) -> Path:
+    """A copy of the fixture checkpoint with ``change(dict)`` applied: a checkpoint gone wrong."""
+    data = torch.load(checkpoint, weights_only=True)
+    change(data)
+    path = tmp_path / "changed.ckpt"
+    torch.save(data, path)
+    return path
+
+
+def _other_tokenizer(data: dict) -> None:
+    pairs = [line.split("\t") for line in CORPUS.read_text(encoding="utf-8").splitlines()]
+    other = TranslationTokenizer.train(
+        (s for s, _ in pairs), (t for _, t in pairs), vocab_size=280, shared=True
+    )
+    data["seq2seq"]["tokenizer"] = other.to_dict()
+
+
+def _other_model_weights(data: dict) -> None:
+    other = Transformer(
+        ModelConfig(d_model=48, n_heads=4, n_encoder_layers=1, n_decoder_layers=1, d_ff=64), 300, 300, PAD_ID
+    )
+    data["state_dict"] = {f"model.{name}": tensor for name, tensor in other.state_dict().items()}
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (_other_tokenizer, "does not belong to its model"),
+        (_other_model_weights, "weights do not match its model config"),
+        (lambda data: data["seq2seq"]["model_config"].update(n_experts=8), "unusable seq2seq entry"),
+        (lambda data: data.pop("seq2seq"), "is not a seq2seq checkpoint"),
+    ],
+    ids=["tokenizer", "weights", "config", "foreign"],
+)
+def test_checkpoint_of_another_model_or_tokenizer_is_refused(
+    checkpoint: Path, tmp_path: Path, capsys, change, message
+) -> None:
+    path = _rewritten(checkpoint, tmp_path, change)
+    code, lines, err = _run(capsys, "--ckpt", str(path), "--device", "cpu", "Hi.")
+    assert code == 1 and lines == []
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
+def _random_texts(rng: random.Random, count: int) -> list[str]:
+    """Random byte strings read as UTF-8 three ways, and random code points from every plane."""
+    texts = []
+    for _ in range(count):
+        raw = rng.randbytes(rng.randint(0, 60))
+        texts.append(raw.decode("utf-8", errors=rng.choice(["replace", "ignore", "surrogateescape"])))
+        texts.append(
+            "".join(
+                chr(rng.choice([rng.randint(0, 0xD7FF), rng.randint(0xE000, 0x10FFFF)]))
+                for _ in range(rng.randint(0, 30))
+            )
+        )
+    return texts
+
+
+def test_fuzz_random_bytes_and_code_points_translate_line_for_line(translator: Translator) -> None:
+    texts = _random_texts(random.Random(1234), 150)
+    outputs = translator.translate(texts)
+    assert len(outputs) == len(texts)
+    assert all(isinstance(output, str) and "\n" not in output and "\r" not in output for output in outputs)
+    assert all(output == "" for text, output in zip(texts, outputs, strict=True) if not text.strip())
+
+
+def test_fuzz_random_bytes_on_stdin_keep_one_output_line_per_input_line(
+    checkpoint: Path, tmp_path: Path
+) -> None:
+    rng = random.Random(99)
+    data = b"\n".join(rng.randbytes(rng.randint(0, 80)).replace(b"\n", b"") for _ in range(300)) + b"\n"
+    source = tmp_path / "random.bin"
+    source.write_bytes(data)
+    with source.open("rb") as stdin:
+        result = subprocess.run(
+            [
+                sys.executable,
+                str(REPO / "translate.py"),
+                "--ckpt",
+                str(checkpoint),
+                "--device",
+                "cpu",
+                "--greedy",
+            ],
+            stdin=stdin,
+            capture_output=True,
+            cwd=REPO,
+            timeout=300,
+        )
+    assert result.returncode == 0, result.stderr.decode(errors="replace")[-2000:]
+    assert b"Traceback" not in result.stderr
+    assert result.stdout.count(b"\n") == data.count(b"\n") == 300
+
+
+def _peak_rss_translating(checkpoint: Path, tmp_path: Path, lines: int) -> int:
+    """Peak RSS (KiB) of a translate.py process streaming ``lines`` lines from a file on stdin."""
+    sentences = [line.split("\t")[0] for line in CORPUS.read_text(encoding="utf-8").splitlines()]
+    source = tmp_path / f"in-{lines}.txt"
+    with source.open("w", encoding="utf-8") as handle:
+        handle.writelines(sentences[i % len(sentences)] + "\n" for i in range(lines))
+    measure = (
+        "import resource, runpy, sys\n"
+        "sys.argv = ['translate.py', *sys.argv[1:]]\n"
+        "try:\n"
+        "    runpy.run_path('translate.py', run_name='__main__')\n"
+        "finally:\n"
+        "    print('PEAK_RSS_KIB', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n"
+    )
+    output = tmp_path / f"out-{lines}.txt"
+    argv = ["--ckpt", str(checkpoint), "--device", "cpu", "--greedy", "--max-len", "3", "-o", str(output)]
+    with source.open() as stdin:
+        result = subprocess.run(
+            [sys.executable, "-c", measure, *argv],
+            stdin=stdin,
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=600,
+        )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert len(output.read_text(encoding="utf-8").splitlines()) == lines
+    return int(result.stderr.split("PEAK_RSS_KIB")[-1].split()[0])
+
+
+@pytest.mark.slow
+def test_100k_lines_on_stdin_translate_in_bounded_memory(checkpoint: Path, tmp_path: Path) -> None:
+    small = _peak_rss_translating(checkpoint, tmp_path, 10_000)
+    large = _peak_rss_translating(checkpoint, tmp_path, 100_000)
+    print(f"peak RSS: 10k lines {small / 1024:.0f} MiB, 100k lines {large / 1024:.0f} MiB")
+    assert large - small < 64 * 1024, (small, large)  # 10x the lines, (almost) the same peak

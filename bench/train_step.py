@@ -1,0 +1,254 @@
+"""Training-step benchmark: our Transformer vs a ``torch.nn.Transformer`` twin, and model FLOPs utilisation.
+
+One step = forward, label-smoothed loss, backward, gradient clipping and a foreach AdamW update,
+for both models. The twin has identical sizes (d_model, heads, layers, d_ff, shared vocabulary,
+tied embeddings, dropout) and gets the same real-corpus batches and the same masks (source
+padding, target padding + causal). Repetitions are interleaved and medians reported.
+
+(a) tokens/s (source + target, pad excluded) on token-budget batches of real sentence pairs;
+(b) the same as GFLOP/s against a square matmul timed in this run (the machine's ceiling);
+(c) per-token cost at source/target length 64 vs 16: real text cut to exact lengths, same tokens.
+
+Model FLOPs per step = 6 · (encoder non-embedding params · source tokens + decoder non-embedding
+params · target tokens + d_model · vocab · target tokens for the output projection) plus
+attention, 12 · d_model · (queries · keys) per layer and attention kind (forward 4, backward 8).
+
+Ends with ``RATIO <name> <value> target <t>`` lines.
+
+    python bench/train_step.py [--sizes small base] [--dtype fp32|bf16] [--compile] [--reps 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+# OpenMP threads spin while waiting by default; on a shared 2-core machine that stalls every op.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import torch
+from torch import Tensor, nn
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.decode import read_pairs  # noqa: E402
+from seq2seq.batching import Batch, collate, pad_ids  # noqa: E402
+from seq2seq.config import ModelConfig  # noqa: E402
+from seq2seq.loss import label_smoothed_loss  # noqa: E402
+from seq2seq.model import Transformer  # noqa: E402
+from seq2seq.model.transformer import sinusoidal_table  # noqa: E402
+from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID, TranslationTokenizer  # noqa: E402
+
+VOCAB = 8000
+SIZES = {
+    "small": ModelConfig(d_model=256, n_heads=4, n_encoder_layers=3, n_decoder_layers=3, d_ff=1024),
+    "base": ModelConfig(d_model=512, n_heads=8, n_encoder_layers=6, n_decoder_layers=6, d_ff=2048),
+}
+
+
+class TorchTransformer(nn.Module):
+    """The peer: ``nn.Transformer`` with scaled, tied embeddings, sinusoidal positions and a generator."""
+
+    def __init__(self, cfg: ModelConfig, vocab: int) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, cfg.d_model, padding_idx=PAD_ID)
+        self.register_buffer("positions", sinusoidal_table(cfg.max_positions, cfg.d_model), persistent=False)
+        self.scale = math.sqrt(cfg.d_model)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.transformer = nn.Transformer(
+            d_model=cfg.d_model,
+            nhead=cfg.n_heads,
+            num_encoder_layers=cfg.n_encoder_layers,
+            num_decoder_layers=cfg.n_decoder_layers,
+            dim_feedforward=cfg.d_ff,
+            dropout=cfg.dropout,
+            batch_first=True,
+        )
+        self.generator = nn.Linear(cfg.d_model, vocab, bias=False)
+        self.generator.weight = self.embed.weight
+
+    def _embed(self, ids: Tensor) -> Tensor:
+        return self.dropout(self.embed(ids) * self.scale + self.positions[: ids.size(1)])
+
+    def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
+        src_pad, tgt_pad = src == PAD_ID, tgt == PAD_ID
+        causal = nn.Transformer.generate_square_subsequent_mask(tgt.size(1), dtype=torch.bool)
+        out = self.transformer(
+            self._embed(src),
+            self._embed(tgt),
+            tgt_mask=causal,
+            src_key_padding_mask=src_pad,
+            tgt_key_padding_mask=tgt_pad,
+            memory_key_padding_mask=src_pad,
+            tgt_is_causal=True,
+        )
+        return self.generator(out)
+
+
+def train_step_fn(model: nn.Module, dtype: torch.dtype) -> Callable[[Batch], None]:
+    """One optimisation step on a batch, the way the Lightning module does it."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.98), foreach=True)
+
+    def step(batch: Batch) -> None:
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
+            logits = model(batch.src, batch.tgt_in)
+        loss_sum, _, n_tokens = label_smoothed_loss(logits, batch.tgt_out, 0.1)
+        (loss_sum / n_tokens).backward()
+        nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=True)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step
+
+
+def real_batches(
+    tokenizer: TranslationTokenizer, sources: list[str], targets: list[str], budget: int, count: int
+) -> list[Batch]:
+    """``count`` batches spread over all lengths, packed as the token-budget sampler does: pairs
+    sorted by length, each batch filled until its padded size reaches ``budget`` tokens per side."""
+    pairs = sorted(
+        zip(tokenizer.encode_source(sources), tokenizer.encode_target(targets), strict=True),
+        key=lambda pair: max(map(len, pair)),
+    )
+    batches, current, longest = [], [], 0
+    for src_ids, tgt_ids in pairs:
+        longest = max(longest, len(src_ids) + 1, len(tgt_ids) + 1)
+        current.append({"src_ids": src_ids, "tgt_ids": tgt_ids})
+        if longest * len(current) >= budget:
+            batches.append(collate(current))
+            current, longest = [], 0
+    return batches[:: max(1, len(batches) // count)][:count]
+
+
+def fixed_length_batch(
+    tokenizer: TranslationTokenizer, sources: list[str], targets: list[str], length: int, budget: int
+) -> Batch:
+    """Real text cut into rows of exactly ``length`` tokens (no padding), ``budget`` tokens per side."""
+
+    def rows(ids: list[list[int]], width: int) -> list[list[int]]:
+        flat = [token for sentence in ids for token in sentence]
+        return [flat[i * width : (i + 1) * width] for i in range(budget // length)]
+
+    src = rows(tokenizer.encode_source(sources), length - 1)
+    tgt = rows(tokenizer.encode_target(targets), length - 1)
+    return Batch(
+        pad_ids([[*row, EOS_ID] for row in src]),
+        pad_ids([[BOS_ID, *row] for row in tgt]),
+        pad_ids([[*row, EOS_ID] for row in tgt]),
+    )
+
+
+def model_flops(cfg: ModelConfig, model: Transformer, batch: Batch) -> float:
+    """Training FLOPs of one step counted from the model's shape and the batch's real tokens."""
+    embedding = model.src_embed.tokens.weight.numel()
+    encoder = sum(p.numel() for p in model.encoder_layers.parameters())
+    decoder = sum(p.numel() for p in model.decoder_layers.parameters())
+    src_len = (batch.src != PAD_ID).sum(dim=1).double()
+    tgt_len = (batch.tgt_out != PAD_ID).sum(dim=1).double()
+    n_src, n_tgt = float(src_len.sum()), float(tgt_len.sum())
+    dense = 6 * (encoder * n_src + decoder * n_tgt + embedding * n_tgt)
+    pairs = cfg.n_encoder_layers * (src_len**2).sum() + cfg.n_decoder_layers * (
+        (tgt_len**2).sum() + (tgt_len * src_len).sum()
+    )
+    return dense + 12 * cfg.d_model * float(pairs)
+
+
+def median_times(runs: dict[str, Callable[[], object]], reps: int) -> dict[str, float]:
+    """Median seconds of each run, repetitions interleaved so machine noise hits all alike."""
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(reps):
+        for name, run in runs.items():
+            start = time.perf_counter()
+            run()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+def matmul_ceiling(dtype: torch.dtype, n: int = 2048, reps: int = 5) -> float:
+    """GFLOP/s of a square matmul of this dtype: what the cores can do at best."""
+    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+    a @ b
+    seconds = median_times({"mm": lambda: a @ b}, reps)["mm"]
+    return 2 * n**3 / seconds / 1e9
+
+
+def bench_size(
+    name: str, args: argparse.Namespace, data: tuple, dtype: torch.dtype
+) -> list[tuple[str, float, float]]:
+    tokenizer, sources, targets = data
+    cfg = SIZES[name]
+    torch.manual_seed(0)
+    ours, peer = Transformer(cfg, VOCAB, VOCAB, PAD_ID), TorchTransformer(cfg, VOCAB)
+    batches = real_batches(tokenizer, sources, targets, args.max_tokens, args.batches)
+    tokens = sum(int((b.src != PAD_ID).sum() + (b.tgt_out != PAD_ID).sum()) for b in batches)
+    flops = sum(model_flops(cfg, ours, b) for b in batches)
+    if args.compile:
+        ours, peer = torch.compile(ours, dynamic=True), torch.compile(peer, dynamic=True)
+    steps = {"ours": train_step_fn(ours, dtype), "nn.Transformer": train_step_fn(peer, dtype)}
+    for step in steps.values():  # warm-up: allocator, autotuning, compilation
+        for batch in batches[:3]:
+            step(batch)
+    times = median_times(
+        {label: lambda s=step: [s(b) for b in batches] for label, step in steps.items()}, args.reps
+    )
+    print(f"({name}) {len(batches)} real batches of ~{args.max_tokens} tokens/side (median of {args.reps})")
+    for label, seconds in times.items():
+        print(
+            f"  {label:15s} {tokens / seconds:8.0f} tokens/s   {flops / seconds / 1e9:7.1f} GFLOP/s   "
+            f"{100 * flops / seconds / 1e9 / args.ceiling:5.1f}% of the matmul ceiling"
+        )
+    by_length = {
+        length: fixed_length_batch(tokenizer, sources, targets, length, args.max_tokens)
+        for length in (16, 64)
+    }
+    step = steps["ours"]
+    for batch in by_length.values():
+        step(batch)
+    length_times = median_times(
+        {length: lambda b=batch: step(b) for length, batch in by_length.items()}, args.reps
+    )
+    print(
+        f"  ours, {args.max_tokens} tokens/side at length 16: {1e3 * length_times[16]:.0f} ms/step, "
+        f"at length 64: {1e3 * length_times[64]:.0f} ms/step"
+    )
+    return [
+        (f"train_tokens_per_s_vs_nn_transformer_{name}", times["nn.Transformer"] / times["ours"], 1.15),
+        (f"train_mfu_{name}", flops / times["ours"] / 1e9 / args.ceiling, 0.55),
+        (f"train_time_per_token_len64_vs_len16_{name}", length_times[64] / length_times[16], 1.25),
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--sizes", nargs="+", choices=sorted(SIZES), default=["small", "base"])
+    parser.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32", help="bf16 = CPU autocast")
+    parser.add_argument("--compile", action="store_true", help="torch.compile both models")
+    parser.add_argument("--max-tokens", type=int, default=2500, help="tokens per side per batch")
+    parser.add_argument("--batches", type=int, default=8, help="real batches per repetition")
+    parser.add_argument("--reps", type=int, default=5)
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
+
+    sources, targets = read_pairs(20000)
+    tokenizer = TranslationTokenizer.train(sources, targets, VOCAB, shared=True)
+    data = (tokenizer, sources, targets)
+    args.ceiling = matmul_ceiling(dtype)
+    print(f"threads {torch.get_num_threads()}, dtype {args.dtype}, compile {args.compile}")
+    print(f"matmul ceiling ({args.dtype}, 2048x2048): {args.ceiling:.0f} GFLOP/s")
+    ratios = [ratio for name in args.sizes for ratio in bench_size(name, args, data, dtype)]
+    for name, value, target in ratios:
+        print(f"RATIO {name} {value:.2f} target {target}")
+
+
+if __name__ == "__main__":
+    main()
