@@ -15,7 +15,7 @@ attention, 12 · d_model · (queries · keys) per layer and attention kind (forw
 
 Ends with ``RATIO <name> <value> target <t>`` lines.
 
-    python bench/train_step.py [--sizes small base] [--dtype fp32|bf16] [--compile] [--reps 5]
+    python bench/train_step.py [--sizes small base] [--dtype fp32|bf16] [--compile] [--reps 3]
 """
 
 from __future__ import annotations
@@ -23,9 +23,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import statistics
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -38,7 +36,7 @@ from torch import Tensor, nn
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.decode import read_pairs  # noqa: E402
+from bench.decode import median_times, read_pairs  # noqa: E402
 from seq2seq.batching import Batch, collate, pad_ids  # noqa: E402
 from seq2seq.config import ModelConfig  # noqa: E402
 from seq2seq.loss import label_smoothed_loss  # noqa: E402
@@ -160,17 +158,6 @@ def model_flops(cfg: ModelConfig, model: Transformer, batch: Batch) -> float:
     return dense + 12 * cfg.d_model * float(pairs)
 
 
-def median_times(runs: dict[str, Callable[[], object]], reps: int) -> dict[str, float]:
-    """Median seconds of each run, repetitions interleaved so machine noise hits all alike."""
-    times: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(reps):
-        for name, run in runs.items():
-            start = time.perf_counter()
-            run()
-            times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(values) for name, values in times.items()}
-
-
 def matmul_ceiling(dtype: torch.dtype, n: int = 2048, reps: int = 5) -> float:
     """GFLOP/s of a square matmul of this dtype: what the cores can do at best."""
     a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
@@ -193,7 +180,7 @@ def bench_size(
         ours, peer = torch.compile(ours, dynamic=True), torch.compile(peer, dynamic=True)
     steps = {"ours": train_step_fn(ours, dtype), "nn.Transformer": train_step_fn(peer, dtype)}
     for step in steps.values():  # warm-up: allocator, autotuning, compilation
-        for batch in batches[:3]:
+        for batch in batches[:2]:
             step(batch)
     times = median_times(
         {label: lambda s=step: [s(b) for b in batches] for label, step in steps.items()}, args.reps
@@ -233,8 +220,8 @@ def main() -> None:
     parser.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32", help="bf16 = CPU autocast")
     parser.add_argument("--compile", action="store_true", help="torch.compile both models")
     parser.add_argument("--max-tokens", type=int, default=2500, help="tokens per side per batch")
-    parser.add_argument("--batches", type=int, default=8, help="real batches per repetition")
-    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--batches", type=int, default=4, help="real batches per repetition")
+    parser.add_argument("--reps", type=int, default=3)
     args = parser.parse_args()
     torch.manual_seed(0)
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
