@@ -12,6 +12,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 
 def padding_mask(ids: Tensor, pad_id: int) -> Tensor:
@@ -41,7 +42,14 @@ def reference_attention(
 def fast_attention(
     q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, dropout_p: float = 0.0
 ) -> Tensor:
-    """Same maths as :func:`reference_attention` through the fused SDPA kernel; no weights."""
+    """Same maths as :func:`reference_attention` through the fused SDPA kernel; no weights.
+
+    Training in bf16 on a CPU takes SDPA's math backend: the CPU flash kernel's bf16 backward
+    took a third of each training step (``bench/train_step.py --dtype bf16``).
+    """
+    if q.device.type == "cpu" and q.dtype != torch.float32 and q.requires_grad:
+        with sdpa_kernel(SDPBackend.MATH):
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
 
 
