@@ -56,17 +56,8 @@ class CachedSteps:
         self.cache = self.cache.index_select(index)
 
     def reorder_beams(self, index: Tensor) -> None:
-        """Reorder rows only among the beams of each sentence.
-
-        Those rows share the same cross-attention K/V, so only the self-attention cache moves;
-        copying the cross-attention K/V too would double the traffic of every beam step.
-        """
-        layers = [
-            replace(
-                layer, self_k=layer.self_k.index_select(0, index), self_v=layer.self_v.index_select(0, index)
-            )
-            for layer in self.cache.layers
-        ]
+        """Reorder rows only among the beams of each sentence (their cross-attention K/V stay)."""
+        layers = [layer.reorder_self_attention(index) for layer in self.cache.layers]
         self.cache = replace(self.cache, layers=layers)
 
 

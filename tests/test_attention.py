@@ -49,6 +49,20 @@ def test_fast_attention_equals_reference_with_padding_and_causal_masks():
     torch.testing.assert_close(fast_attention(q, k, v, mask), reference_attention(q, k, v, mask)[0])
 
 
+def test_bf16_training_path_equals_reference_forward_and_backward():
+    """bf16 with gradients takes SDPA's math backend on a CPU; same outputs and gradients."""
+    torch.manual_seed(0)
+    leaves = [torch.randn(2, 3, 5, 4, dtype=torch.bfloat16, requires_grad=True) for _ in range(3)]
+    mask = padding_mask(torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]]), 0) & causal_mask(5)
+    fast = fast_attention(*leaves, mask)
+    fast_grads = torch.autograd.grad(fast.float().square().sum(), leaves)
+    reference = reference_attention(*leaves, mask)[0]
+    reference_grads = torch.autograd.grad(reference.float().square().sum(), leaves)
+    torch.testing.assert_close(fast, reference, atol=2e-2, rtol=2e-2)
+    for got, expected in zip(fast_grads, reference_grads, strict=True):
+        torch.testing.assert_close(got, expected, atol=5e-2, rtol=5e-2)
+
+
 def test_multi_head_attention_need_weights_path_matches_fast_path():
     torch.manual_seed(0)
     mha = MultiHeadAttention(d_model=8, n_heads=2).eval()

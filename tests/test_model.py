@@ -120,6 +120,7 @@ def test_cached_step_equals_full_decoder(norm_first, learned_positions, capacity
     torch.testing.assert_close(torch.stack(steps, dim=1), full, atol=1e-5, rtol=1e-5)
 
 
+@torch.inference_mode()
 def test_cache_index_select_follows_rows():
     model = tiny_model()
     src, tgt = batch()

@@ -10,6 +10,7 @@ from torch import Tensor, nn
 
 from seq2seq.config import ModelConfig
 from seq2seq.model.attention import MultiHeadAttention
+from seq2seq.model.dropout import Dropout
 
 
 class FeedForward(nn.Module):
@@ -18,7 +19,7 @@ class FeedForward(nn.Module):
     def __init__(self, d_model: int, d_ff: int, dropout: float) -> None:
         super().__init__()
         self.net = nn.Sequential(
-            nn.Linear(d_model, d_ff), nn.ReLU(), nn.Dropout(dropout), nn.Linear(d_ff, d_model)
+            nn.Linear(d_model, d_ff), nn.ReLU(), Dropout(dropout), nn.Linear(d_ff, d_model)
         )
 
     def forward(self, x: Tensor) -> Tensor:
@@ -31,7 +32,7 @@ class AddNorm(nn.Module):
     def __init__(self, d_model: int, dropout: float, norm_first: bool) -> None:
         super().__init__()
         self.norm = nn.LayerNorm(d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.norm_first = norm_first
 
     def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
@@ -64,7 +65,8 @@ class LayerCache:
 
     The self-attention buffers hold ``capacity`` positions filled in place, so a step writes one
     slot instead of re-allocating and copying every earlier key/value (``torch.cat``); only the
-    first ``length`` positions are valid. A full buffer doubles.
+    first ``length`` positions are valid. A full buffer doubles. Caches are for inference: the
+    row selection below writes into preallocated buffers, which autograd does not follow.
     """
 
     self_k: Tensor  # (B, H, capacity, D/H)
@@ -74,13 +76,25 @@ class LayerCache:
     length: int = 0  # valid self-attention positions
 
     def index_select(self, index: Tensor) -> LayerCache:
-        """Keep/reorder batch rows, e.g. to follow beams or drop finished sentences.
-
-        Copies only the valid self-attention positions; the next step regrows the buffers.
-        """
-        self_kv = (t[:, :, : self.length].index_select(0, index) for t in (self.self_k, self.self_v))
+        """Keep/reorder batch rows, e.g. to drop finished sentences (or to branch each into beams)."""
         cross_kv = (t.index_select(0, index) for t in (self.cross_k, self.cross_v))
-        return LayerCache(*self_kv, *cross_kv, self.length)
+        return LayerCache(*self._self_kv_rows(index), *cross_kv, self.length)
+
+    def reorder_self_attention(self, index: Tensor) -> LayerCache:
+        """Reorder rows whose cross-attention K/V are equal, i.e. beams within their own sentence.
+
+        Copying the unchanged cross-attention K/V too would double the traffic of every beam step.
+        """
+        return LayerCache(*self._self_kv_rows(index), self.cross_k, self.cross_v, self.length)
+
+    def _self_kv_rows(self, index: Tensor) -> list[Tensor]:
+        """The self-attention buffers' rows at ``index``; only the valid positions are copied."""
+        rows = []
+        for buffer in (self.self_k, self.self_v):
+            out = buffer.new_empty(index.numel(), *buffer.shape[1:])  # (N, H, capacity, D/H)
+            torch.index_select(buffer[:, :, : self.length], 0, index, out=out[:, :, : self.length])
+            rows.append(out)
+        return rows
 
     def with_room(self) -> LayerCache:
         """This cache, with its self-attention buffers doubled (at least 8 more) when they are full."""
@@ -123,8 +137,12 @@ class DecoderLayer(nn.Module):
         return self.ffn_block(x, self.ffn)
 
     def start_cache(self, memory: Tensor, capacity: int) -> LayerCache:
-        """Self-attention buffers for ``capacity`` positions plus cross-attention K/V, computed once."""
-        cross_k, cross_v = self.cross_attn.project_kv(memory)
+        """Self-attention buffers for ``capacity`` positions plus cross-attention K/V, computed once.
+
+        The cross-attention K/V are made contiguous here, once, so that the matmuls of every step
+        read them in place instead of copying them.
+        """
+        cross_k, cross_v = (t.contiguous() for t in self.cross_attn.project_kv(memory))
         b, h, _, dh = cross_k.shape
         buffers = [cross_k.new_empty(b, h, capacity, dh) for _ in range(2)]  # (B, H, capacity, D/H)
         return LayerCache(*buffers, cross_k, cross_v)

@@ -10,6 +10,7 @@ from torch import Tensor, nn
 
 from seq2seq.config import ModelConfig
 from seq2seq.model.attention import causal_mask, padding_mask
+from seq2seq.model.dropout import Dropout
 from seq2seq.model.layers import DecoderLayer, EncoderLayer, LayerCache
 
 
@@ -36,7 +37,7 @@ class Embedding(nn.Module):
         else:
             self.positions = None
             self.register_buffer("table", sinusoidal_table(cfg.max_positions, cfg.d_model), persistent=False)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
 
     def forward(self, ids: Tensor, offset: int = 0) -> Tensor:
         """ids: (B, T) at positions offset.. offset+T-1 -> (B, T, D)."""
