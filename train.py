@@ -1,6 +1,7 @@
 """Train a translation model: ``python train.py [hydra overrides]``."""
 
 import sys
+from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
@@ -9,7 +10,7 @@ from seq2seq.checkpoint import CheckpointError
 from seq2seq.config import ConfigError
 from seq2seq.corpus import DataError
 from seq2seq.lit_module import NonFiniteLossError
-from seq2seq.training import train
+from seq2seq.training import discard_unstarted_run, train
 
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="train")
@@ -17,7 +18,10 @@ def main(cfg: DictConfig) -> float | None:
     """Run training; expected failures print one line and exit non-zero instead of a traceback."""
     try:
         metrics = train(cfg)
-    except (ConfigError, DataError, CheckpointError, NonFiniteLossError) as err:
+    except (ConfigError, DataError) as err:  # found before training: nothing worth keeping
+        discard_unstarted_run(Path(cfg.output_dir))
+        sys.exit(f"error: {err}")
+    except (CheckpointError, NonFiniteLossError) as err:
         sys.exit(f"error: {err}")
     return metrics.get("val/bleu")  # the value --multirun sweepers optimise
 

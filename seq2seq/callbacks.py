@@ -56,7 +56,7 @@ class SaveLast(pl.Callback):
 
     def _save(self, trainer: pl.Trainer) -> None:
         if trainer.global_step != self._saved_step and not trainer.sanity_checking:
-            trainer.save_checkpoint(self.path)
+            trainer.save_checkpoint(self.path, weights_only=False)
             self._saved_step = trainer.global_step
 
     def on_train_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:

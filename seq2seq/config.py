@@ -160,6 +160,33 @@ class OptimConfig:
         _probability("optim.ema_decay", self.ema_decay)
 
 
+@dataclass
+class CallbacksConfig:
+    """What runs alongside training besides the model: checkpoints, early stopping, progress."""
+
+    checkpoint_every_n_steps: int = 500  # also refresh last.ckpt this often (kill -9 recovery); 0 = off
+    early_stopping_patience: int = 5  # validations without a better val/bleu before stopping; 0 = off
+    progress_bar: bool = True  # rich progress bar with loss and tokens/s
+
+    def __post_init__(self) -> None:
+        for name in ("checkpoint_every_n_steps", "early_stopping_patience"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"callbacks.{name} must be >= 0, got {getattr(self, name)}")
+
+
+@dataclass
+class LoggerConfig:
+    """Where metrics and panels go."""
+
+    tensorboard: bool = True  # scalars, text, attention images and hparams under <run>/tensorboard
+    samples: int = 4  # validation translations shown in the val/samples text panel
+    attention_images: bool = True  # heatmaps of one validation sentence's attention at each validation
+
+    def __post_init__(self) -> None:
+        if self.samples < 0:
+            raise ConfigError(f"logger.samples must be >= 0, got {self.samples}")
+
+
 def validated(schema: type, cfg: DictConfig | dict[str, Any], key: str) -> Any:
     """Build ``schema`` from one config group, failing with the offending key's name."""
     try:

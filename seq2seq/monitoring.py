@@ -27,8 +27,9 @@ def attention_figure(weights: Tensor, query_tokens: list[str], key_tokens: list[
 class TensorBoardPanels(pl.Callback):
     """Each validation: a text table of the first validation translations, attention maps of the first."""
 
-    def __init__(self, n_samples: int = 4) -> None:
+    def __init__(self, n_samples: int = 4, attention_images: bool = True) -> None:
         self.n_samples = n_samples
+        self.attention_images = attention_images
 
     def _logger(self, trainer: pl.Trainer) -> TensorBoardLogger | None:
         return next((lg for lg in trainer.loggers if isinstance(lg, TensorBoardLogger)), None)
@@ -43,20 +44,20 @@ class TensorBoardPanels(pl.Callback):
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """Runs after the module's ``on_validation_epoch_end``, so its fresh translations are reused."""
         logger = self._logger(trainer)
-        if logger is None or trainer.sanity_checking:
+        sources, references, hypotheses = pl_module.val_samples
+        if logger is None or trainer.sanity_checking or not sources:
             return
-        sources, references, hypotheses = (part[: self.n_samples] for part in pl_module.val_samples)
-        if not sources:
-            return
-        rows = [
-            f"| {s} | {' / '.join(r)} | {h} |"
-            for s, r, h in zip(sources, references, hypotheses, strict=True)
-        ]
-        table = "\n".join(["| source | reference(s) | hypothesis |", "|---|---|---|", *rows])
         step = trainer.global_step
-        logger.experiment.add_text("val/samples", table, step)
-        for name, fig in self._attention_figures(pl_module, sources[0], hypotheses[0]).items():
-            logger.experiment.add_figure(f"attention/{name}", fig, step)
+        if self.n_samples:
+            rows = [
+                f"| {s} | {' / '.join(r)} | {h} |"
+                for s, r, h in zip(sources, references, hypotheses, strict=True)
+            ][: self.n_samples]
+            table = "\n".join(["| source | reference(s) | hypothesis |", "|---|---|---|", *rows])
+            logger.experiment.add_text("val/samples", table, step)
+        if self.attention_images:
+            for name, fig in self._attention_figures(pl_module, sources[0], hypotheses[0]).items():
+                logger.experiment.add_figure(f"attention/{name}", fig, step)
 
     def _attention_figures(self, pl_module: pl.LightningModule, source: str, hypothesis: str) -> dict:
         """Last-layer, head-averaged encoder self, decoder self and cross attention for one pair."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import warnings
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,16 @@ from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint, RichProg
 from pytorch_lightning.loggers import TensorBoardLogger
 
 from seq2seq.callbacks import AtomicCheckpointIO, SaveLast, ShuffleEachEpoch
-from seq2seq.config import ConfigError, DataConfig, DecodeConfig, ModelConfig, OptimConfig, validated
+from seq2seq.config import (
+    CallbacksConfig,
+    ConfigError,
+    DataConfig,
+    DecodeConfig,
+    LoggerConfig,
+    ModelConfig,
+    OptimConfig,
+    validated,
+)
 from seq2seq.datamodule import TranslationDataModule
 from seq2seq.lit_module import TranslationModule
 from seq2seq.monitoring import TensorBoardPanels
@@ -27,6 +37,8 @@ from seq2seq.monitoring import TensorBoardPanels
 log = logging.getLogger(__name__)
 
 MIN_FREE_BYTES = 200 * 2**20  # refuse to start with less free disk than a few checkpoints need
+STARTUP_FILES = {".hydra", "train.log", "config.yaml", "tokenizer.json"}  # Hydra's and ours, before training
+RESUME_WARNING = "You're resuming from a checkpoint that ended before the epoch ended"
 
 
 def check_output_dir(path: Path) -> None:
@@ -45,24 +57,35 @@ def check_output_dir(path: Path) -> None:
         )
 
 
-def build_trainer(cfg: DictConfig, run_dir: Path) -> pl.Trainer:
-    """Lightning Trainer from ``cfg.trainer`` plus the callbacks every run needs."""
+def discard_unstarted_run(run_dir: Path) -> None:
+    """Delete a run directory that holds only start-up files, so a run that fails before training
+    (a bad value, a missing corpus) leaves nothing behind; anything else in it is kept."""
+    if run_dir.is_dir() and {path.name for path in run_dir.iterdir()} <= STARTUP_FILES:
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def build_trainer(
+    cfg: DictConfig, callbacks_cfg: CallbacksConfig, logger_cfg: LoggerConfig, run_dir: Path
+) -> pl.Trainer:
+    """Lightning Trainer from ``cfg.trainer`` plus the configured callbacks and logger."""
     ckpt_dir = run_dir / "checkpoints"
     callbacks: list[pl.Callback] = [
         ModelCheckpoint(dirpath=ckpt_dir, filename="best", monitor="val/bleu", mode="max", save_top_k=1),
-        SaveLast(ckpt_dir, cfg.checkpoint_every_n_steps),
+        SaveLast(ckpt_dir, callbacks_cfg.checkpoint_every_n_steps),
         ShuffleEachEpoch(),
     ]
-    if cfg.early_stopping_patience:
-        callbacks.append(EarlyStopping(monitor="val/bleu", mode="max", patience=cfg.early_stopping_patience))
+    if callbacks_cfg.early_stopping_patience:
+        callbacks.append(
+            EarlyStopping(monitor="val/bleu", mode="max", patience=callbacks_cfg.early_stopping_patience)
+        )
+    if callbacks_cfg.progress_bar:
+        callbacks.append(RichProgressBar())
     loggers: list[Any] = []
-    if cfg.tensorboard:
+    if logger_cfg.tensorboard:
         loggers.append(
             TensorBoardLogger(str(run_dir), name="tensorboard", version="", default_hp_metric=False)
         )
-        callbacks.append(TensorBoardPanels())
-    if cfg.progress_bar:
-        callbacks.append(RichProgressBar())
+        callbacks.append(TensorBoardPanels(logger_cfg.samples, logger_cfg.attention_images))
     trainer_kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
     try:
         return pl.Trainer(
@@ -70,7 +93,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path) -> pl.Trainer:
             default_root_dir=str(run_dir),
             callbacks=callbacks,
             logger=loggers or False,
-            enable_progress_bar=bool(cfg.progress_bar),
+            enable_progress_bar=callbacks_cfg.progress_bar,
             use_distributed_sampler=False,  # the token-budget sampler shards by rank itself
             plugins=[AtomicCheckpointIO()],
         )
@@ -84,6 +107,8 @@ def train(cfg: DictConfig) -> dict[str, float]:
     data_cfg = validated(DataConfig, cfg.data, "data")
     optim_cfg = validated(OptimConfig, cfg.optim, "optim")
     decode_cfg = validated(DecodeConfig, cfg.decode, "decode")
+    callbacks_cfg = validated(CallbacksConfig, cfg.callbacks, "callbacks")
+    logger_cfg = validated(LoggerConfig, cfg.logger, "logger")
     if data_cfg.max_length + 2 > model_cfg.max_positions:
         raise ConfigError(
             f"data.max_length ({data_cfg.max_length}) + 2 exceeds "
@@ -118,6 +143,10 @@ def train(cfg: DictConfig) -> dict[str, float]:
     log.info("model: %.2fM parameters; run directory: %s", n_params / 1e6, run_dir)
     if cfg.compile:
         module.model.compile()  # in place, so checkpoint keys stay unchanged
-    trainer = build_trainer(cfg, run_dir)
-    trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.ckpt_path)
+    trainer = build_trainer(cfg, callbacks_cfg, logger_cfg, run_dir)
+    with warnings.catch_warnings():
+        # The batch sampler continues an interrupted epoch itself (TranslationDataModule.
+        # _continue_interrupted_epoch, tested in tests/test_faults.py); Lightning cannot see that.
+        warnings.filterwarnings("ignore", message=RESUME_WARNING)
+        trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.ckpt_path)
     return {name: float(value) for name, value in trainer.callback_metrics.items()}

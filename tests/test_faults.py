@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -39,8 +40,8 @@ class CrashAtStep(pl.Callback):
 def train_with_crash(cfg, step: int) -> None:
     original = training.build_trainer
 
-    def build(cfg, run_dir):
-        trainer = original(cfg, run_dir)
+    def build(*args):
+        trainer = original(*args)
         trainer.callbacks.append(CrashAtStep(step))
         return trainer
 
@@ -60,10 +61,15 @@ def test_resume_after_a_crash_matches_an_uninterrupted_run(tmp_path, epoch_fract
     steps_per_epoch = full["global_step"] // 3
     crash_at = steps_per_epoch + int(epoch_fraction * steps_per_epoch) or steps_per_epoch + 1
     crashed = tmp_path / "crashed"
-    train_with_crash(tiny_run(crashed, cache, "trainer.max_epochs=3", "checkpoint_every_n_steps=1"), crash_at)
+    train_with_crash(
+        tiny_run(crashed, cache, "trainer.max_epochs=3", "callbacks.checkpoint_every_n_steps=1"), crash_at
+    )
     last = crashed / "checkpoints" / "last.ckpt"
     assert torch.load(last, weights_only=True)["global_step"] == crash_at
-    train(tiny_run(crashed, cache, "trainer.max_epochs=3", f"ckpt_path={last}"))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        train(tiny_run(crashed, cache, "trainer.max_epochs=3", f"ckpt_path={last}"))
+    assert not [w for w in caught if "resuming from a checkpoint" in str(w.message)]  # resumes exactly
     resumed = final_state(crashed)
     assert resumed["global_step"] == full["global_step"]
     for name, weight in full["state_dict"].items():  # same batches in the same order -> same weights
@@ -76,7 +82,7 @@ def _start_training(tmp_path: Path, *overrides: str) -> subprocess.Popen:
             sys.executable,
             "train.py",
             "experiment=tiny",
-            "checkpoint_every_n_steps=1",
+            "callbacks.checkpoint_every_n_steps=1",
             f"data.cache_dir={tmp_path / 'cache'}",
             f"hydra.run.dir={tmp_path / 'run'}",
             *overrides,
@@ -116,7 +122,7 @@ def test_kill_9_then_resume_finishes_with_the_same_step_count(tmp_path):
 
 @pytest.mark.slow
 def test_ctrl_c_saves_a_resumable_checkpoint(tmp_path):
-    process = _start_training(tmp_path, "trainer.max_epochs=50", "checkpoint_every_n_steps=0")
+    process = _start_training(tmp_path, "trainer.max_epochs=50", "callbacks.checkpoint_every_n_steps=0")
     log_dir = tmp_path / "run" / "tensorboard"
     _wait_for(log_dir, process)
     time.sleep(3.0)

@@ -87,16 +87,32 @@ def test_invalid_override_fails_before_training(tmp_path):
     assert not (tmp_path / "run" / "checkpoints").exists()
 
 
-def test_cli_invalid_override_prints_one_line(tmp_path):
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("model.n_heads=3", "error: model.d_model (32) must be divisible by model.n_heads (3)"),
+        ("data.path=no/such.tsv", "error: corpus file not found"),
+        ("callbacks.early_stopping_patience=-1", "error: callbacks.early_stopping_patience must be >= 0"),
+    ],
+)
+def test_cli_bad_input_prints_one_line_and_leaves_no_run_directory(tmp_path, override, message):
+    run_dir = tmp_path / "run"
     result = subprocess.run(
-        [sys.executable, "train.py", "experiment=tiny", "model.n_heads=3", f"hydra.run.dir={tmp_path}"],
+        [sys.executable, "train.py", "experiment=tiny", override, f"hydra.run.dir={run_dir}"],
         cwd=ROOT,
         capture_output=True,
         text=True,
     )
     assert result.returncode != 0
-    assert "model.d_model (32) must be divisible by model.n_heads (3)" in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith(message)
     assert "Traceback" not in result.stderr
+    assert not run_dir.exists()  # Hydra had created it; a run that never started leaves nothing
+
+
+def test_logger_none_writes_no_tensorboard_files(tmp_path):
+    train(tiny_config(tmp_path, "logger=none", "trainer.max_epochs=1"))
+    assert (tmp_path / "run" / "checkpoints" / "last.ckpt").is_file()
+    assert not (tmp_path / "run" / "tensorboard").exists()
 
 
 @pytest.mark.slow
