@@ -10,6 +10,8 @@
     of src+1 it approximates a trained model's output lengths. ``--ckpt`` times a trained model.
 
 Repetitions are interleaved and medians reported. Ends with ``RATIO <name> <value> target <t>``.
+Run it on an otherwise idle machine: like ``translate.py``, it keeps OpenMP's default wait policy,
+whose spinning threads stall badly when another process takes their core.
 
     python bench/decode.py [--size small] [--reps 3] [--ckpt model.ckpt]   # ~8 min on 2 cores
 """
@@ -18,17 +20,12 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import os
 import statistics
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-
-# OpenMP threads spin while waiting by default; on a shared 2-core machine a spinning thread whose
-# partner lost its core stalls every op (we measured 15x slowdowns). Set before torch loads OpenMP.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch
 

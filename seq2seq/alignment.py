@@ -11,10 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from tokenizers import Tokenizer
 from torch import Tensor
 
-from seq2seq.tokenizer import BOS_ID, EOS_ID, SPECIAL_TOKENS
+from seq2seq.tokenizer import BOS_ID, EOS_ID, SPECIAL_TOKENS, token_labels
 from seq2seq.translate import Translator
 
 
@@ -25,20 +24,6 @@ class Alignment:
     source: list[str]
     target: list[str]
     weights: Tensor  # (T, S), rows sum to 1
-
-
-def _pieces(tokenizer: Tokenizer, ids: list[int]) -> list[str]:
-    """Readable label of each subword: specials by name, spaces as '▁', raw byte pieces as stored."""
-    texts = tokenizer.decode_batch([[i] for i in ids], skip_special_tokens=False)
-    labels = []
-    for i, text in zip(ids, texts, strict=True):
-        if i < len(SPECIAL_TOKENS):
-            labels.append(SPECIAL_TOKENS[i])
-        elif "\ufffd" in text:  # part of a multi-byte character: show the stored byte-level token
-            labels.append(tokenizer.id_to_token(i))
-        else:
-            labels.append(text.replace(" ", "▁"))
-    return labels
 
 
 def align(translator: Translator, text: str) -> Alignment:
@@ -55,8 +40,8 @@ def align(translator: Translator, text: str) -> Alignment:
         )
     weights = maps["cross"][-1][0].mean(dim=0).float().cpu()  # (H, T, S) -> (T, S)
     tokenizer = translator.tokenizer
-    labels = [*_pieces(tokenizer.tgt, best.tokens), SPECIAL_TOKENS[EOS_ID]]
-    return Alignment(_pieces(tokenizer.src, source), labels, weights)
+    labels = [*token_labels(tokenizer.tgt, best.tokens), SPECIAL_TOKENS[EOS_ID]]
+    return Alignment(token_labels(tokenizer.src, source), labels, weights)
 
 
 def format_table(alignment: Alignment) -> str:

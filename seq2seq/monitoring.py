@@ -9,7 +9,7 @@ from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.utilities import rank_zero_only
 from torch import Tensor
 
-from seq2seq.tokenizer import BOS_ID, EOS_ID
+from seq2seq.tokenizer import BOS_ID, EOS_ID, token_labels
 
 
 def attention_figure(weights: Tensor, query_tokens: list[str], key_tokens: list[str], title: str) -> Figure:
@@ -64,8 +64,8 @@ class TensorBoardPanels(pl.Callback):
         tokenizer = pl_module.tokenizer
         src_ids = tokenizer.encode_source([source])[0] + [EOS_ID]
         tgt_ids = [BOS_ID, *tokenizer.encode_target([hypothesis])[0]]
-        src_tokens = [tokenizer.src.id_to_token(i) for i in src_ids]
-        tgt_tokens = [tokenizer.tgt.id_to_token(i) for i in tgt_ids]
+        src_tokens = token_labels(tokenizer.src, src_ids)
+        tgt_tokens = token_labels(tokenizer.tgt, tgt_ids)
         device = pl_module.device
         was_training = pl_module.training
         pl_module.eval()

@@ -130,6 +130,21 @@ class TranslationTokenizer:
         return [_SHARED_FILE] if shared else list(_SIDE_FILES.values())
 
 
+def token_labels(tokenizer: Tokenizer, ids: list[int]) -> list[str]:
+    """Readable label of each subword for plots and tables: specials by name, spaces as '▁',
+    and the stored byte-level token for a piece of a multi-byte character."""
+    texts = tokenizer.decode_batch([[i] for i in ids], skip_special_tokens=False)
+    labels = []
+    for i, text in zip(ids, texts, strict=True):
+        if i < len(SPECIAL_TOKENS):
+            labels.append(SPECIAL_TOKENS[i])
+        elif "\ufffd" in text:
+            labels.append(tokenizer.id_to_token(i))
+        else:
+            labels.append(text.replace(" ", "▁"))
+    return labels
+
+
 def config_key(vocab_size: int, shared: bool) -> str:
     """Stable description of everything that changes the trained tokenizer."""
     return json.dumps(

@@ -4,7 +4,16 @@ import pytest
 from compose import compose_train
 from hydra.errors import ConfigCompositionException
 
-from seq2seq.config import ConfigError, DataConfig, DecodeConfig, ModelConfig, OptimConfig, validated
+from seq2seq.config import (
+    CallbacksConfig,
+    ConfigError,
+    DataConfig,
+    DecodeConfig,
+    LoggerConfig,
+    ModelConfig,
+    OptimConfig,
+    validated,
+)
 from seq2seq.model import Transformer
 
 
@@ -33,6 +42,13 @@ def test_bad_model_values_name_the_key(overrides, message):
         (DataConfig, "data", ["data.direction=en-fr"], "names 'fr', not in data.columns"),
         (DataConfig, "data", ["data.max_tokens=10"], "data.max_tokens (10) is smaller than the longest"),
         (DecodeConfig, "decode", ["decode.beam_size=2", "decode.nbest=3"], "decode.nbest (3) must be <="),
+        (
+            CallbacksConfig,
+            "callbacks",
+            ["callbacks.checkpoint_every_n_steps=-5"],
+            "callbacks.checkpoint_every_n_steps must be >= 0",
+        ),
+        (LoggerConfig, "logger", ["logger.samples=-1"], "logger.samples must be >= 0"),
     ],
 )
 def test_bad_values_in_other_groups(schema, group, overrides, message):
