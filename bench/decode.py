@@ -214,7 +214,8 @@ def main() -> None:
     torch.manual_seed(0)
     cfg, vocab = SIZES[args.size]
     cfg = replace(cfg, dropout=0.0)
-    sources = list(dict.fromkeys(read_pairs(3 * args.sentences)[0]))[: args.sentences]  # distinct sources
+    distinct = list(dict.fromkeys(read_pairs(3 * args.sentences)[0]))  # the corpus is sorted by length:
+    sources = distinct[:: max(1, len(distinct) // args.sentences)][: args.sentences]  # keep the spread
     tokenizer = TranslationTokenizer.train(*read_pairs(40_000), vocab, shared=True)
     model = Transformer(cfg, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, PAD_ID).eval()
     step = len(sources) // args.batch

@@ -222,10 +222,12 @@ def bench_size(
         f"  ours, {args.max_tokens} tokens/side at length 16: {1e3 * length_times[16]:.0f} ms/step, "
         f"at length 64: {1e3 * length_times[64]:.0f} ms/step"
     )
+    variant = name + ("" if args.dtype == "fp32" else f"_{args.dtype}")
+    variant += "_compiled" if args.compile else ""
     return [
-        (f"train_tokens_per_s_vs_nn_transformer_{name}", times["nn.Transformer"] / times["ours"], 1.15),
-        (f"train_mfu_{name}", flops / times["ours"] / 1e9 / args.ceiling, 0.55),
-        (f"train_time_per_token_len64_vs_len16_{name}", length_times[64] / length_times[16], 1.25),
+        (f"train_tokens_per_s_vs_nn_transformer_{variant}", times["nn.Transformer"] / times["ours"], 1.15),
+        (f"train_mfu_{variant}", flops / times["ours"] / 1e9 / args.ceiling, 0.55),
+        (f"train_time_per_token_len64_vs_len16_{variant}", length_times[64] / length_times[16], 1.25),
     ]
 
 
