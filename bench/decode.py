@@ -207,6 +207,7 @@ def main() -> None:
     parser.add_argument("--sentences", type=int, default=2000, help="sentences in (c)")
     parser.add_argument("--ckpt", help="trained checkpoint for (c) instead of random weights")
     parser.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's choice)")
+    parser.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32", help="weights of both decoders")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -217,11 +218,13 @@ def main() -> None:
     distinct = list(dict.fromkeys(read_pairs(3 * args.sentences)[0]))  # the corpus is sorted by length:
     sources = distinct[:: max(1, len(distinct) // args.sentences)][: args.sentences]  # keep the spread
     tokenizer = TranslationTokenizer.train(*read_pairs(40_000), vocab, shared=True)
-    model = Transformer(cfg, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, PAD_ID).eval()
+    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
+    model = Transformer(cfg, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, PAD_ID).eval().to(dtype)
     step = len(sources) // args.batch
     batch_sources = [sources[i * step] for i in range(args.batch)]
     src = pad_ids([[*ids, EOS_ID] for ids in tokenizer.encode_source(batch_sources)])
-    print(f"size {args.size}: {cfg}, vocab {tokenizer.src_vocab_size}, {torch.get_num_threads()} threads")
+    threads = torch.get_num_threads()
+    print(f"size {args.size}: {cfg}, vocab {tokenizer.src_vocab_size}, {threads} threads, {args.dtype}")
     print(f"batch of {args.batch} real sentences, {src.size(1)} source tokens at most")
 
     generate(model, src, forced(8, beam=2))  # warm-up: thread pool, allocator, kernel selection
@@ -230,11 +233,11 @@ def main() -> None:
     if marian is None:
         print("(b) skipped: transformers is not installed (pip install -e '.[bench]')")
     else:
-        ratios.update(bench_marian(model, marian, src, args.marian_len, args.reps))
+        ratios.update(bench_marian(model, marian.to(dtype), src, args.marian_len, args.reps))
 
     if args.ckpt:  # the real held-out test split, decoded by the trained model
         loaded = load_model(args.ckpt)
-        translator = Translator(loaded.model, loaded.tokenizer, loaded.decode_config)
+        translator = Translator(loaded.model.to(dtype), loaded.tokenizer, loaded.decode_config)
         sources = corpus.references(corpus.load_splits(loaded.data_config)[0]["test"])[0]
     else:
         translator = Translator(model, tokenizer, DecodeConfig(beam_size=5))
@@ -247,9 +250,10 @@ def main() -> None:
         "decode_per_token_growth": 1.5,
         "decode_tokens_per_s_vs_marian": 1.5,
     }
+    suffix = "" if args.dtype == "fp32" else f"_{args.dtype}"
     for name, value in ratios.items():
         target = next(t for prefix, t in targets.items() if name.startswith(prefix))
-        print(f"RATIO {name} {value:.2f} target {target}")
+        print(f"RATIO {name}{suffix} {value:.2f} target {target}")
 
 
 if __name__ == "__main__":
