@@ -49,10 +49,11 @@ class TensorBoardPanels(pl.Callback):
             return
         step = trainer.global_step
         if self.n_samples:
+            first = slice(self.n_samples)
             rows = [
                 f"| {s} | {' / '.join(r)} | {h} |"
-                for s, r, h in zip(sources, references, hypotheses, strict=True)
-            ][: self.n_samples]
+                for s, r, h in zip(sources[first], references[first], hypotheses[first], strict=True)
+            ]
             table = "\n".join(["| source | reference(s) | hypothesis |", "|---|---|---|", *rows])
             logger.experiment.add_text("val/samples", table, step)
         if self.attention_images:
