@@ -13,7 +13,7 @@ Repetitions are interleaved and medians reported. Ends with ``RATIO <name> <valu
 Run it on an otherwise idle machine: like ``translate.py``, it keeps OpenMP's default wait policy,
 whose spinning threads stall badly when another process takes their core.
 
-    python bench/decode.py [--size small] [--reps 3] [--ckpt model.ckpt]   # ~8 min on 2 cores
+    python bench/decode.py [--size small] [--reps 3] [--ckpt model.ckpt] [--dtype bf16]   # ~4 min on 2 cores
 """
 
 from __future__ import annotations
