@@ -23,6 +23,8 @@ def main(cfg: DictConfig) -> float | None:
         sys.exit(f"error: {err}")
     except (CheckpointError, NonFiniteLossError) as err:
         sys.exit(f"error: {err}")
+    except KeyboardInterrupt:  # before training started; once it runs, Lightning saves and exits
+        sys.exit("interrupted")
     return metrics.get("val/bleu")  # the value --multirun sweepers optimise
 
 

@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint, RichProgressBar
 from pytorch_lightning.loggers import TensorBoardLogger
 
-from seq2seq.callbacks import AtomicCheckpointIO, SaveLast, ShuffleEachEpoch
+from seq2seq.callbacks import AtomicCheckpointIO, InterruptBetweenBatches, SaveLast, ShuffleEachEpoch
 from seq2seq.config import (
     CallbacksConfig,
     ConfigError,
@@ -72,6 +72,7 @@ def build_trainer(
     callbacks: list[pl.Callback] = [
         ModelCheckpoint(dirpath=ckpt_dir, filename="best", monitor="val/bleu", mode="max", save_top_k=1),
         SaveLast(ckpt_dir, callbacks_cfg.checkpoint_every_n_steps),
+        InterruptBetweenBatches(),
         ShuffleEachEpoch(),
     ]
     if callbacks_cfg.early_stopping_patience:
@@ -127,7 +128,6 @@ def train(cfg: DictConfig) -> dict[str, float]:
     datamodule.prepare_data()
     datamodule.setup("fit")
     datamodule.tokenizer.save(run_dir)
-    log.info("data: %s", datamodule.stats)
 
     module = TranslationModule(
         model=asdict(model_cfg),

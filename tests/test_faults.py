@@ -127,10 +127,13 @@ def test_ctrl_c_saves_a_resumable_checkpoint(tmp_path):
     _wait_for(log_dir, process)
     time.sleep(3.0)
     os.kill(process.pid, signal.SIGINT)
-    _, err = process.communicate(timeout=120)
+    out, err = process.communicate(timeout=120)
     last = tmp_path / "run" / "checkpoints" / "last.ckpt"
     assert last.is_file(), err[-2000:]
     assert "Traceback" not in err
+    assert "Ctrl-C: stopping after this batch" in out  # Hydra logs to stdout
+    assert "reached" not in err  # stopped by the Ctrl-C, not by max_epochs
+    assert process.returncode != 0
     assert torch.load(last, weights_only=True)["global_step"] > 0
 
 
