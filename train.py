@@ -6,11 +6,11 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from seq2seq.checkpoint import CheckpointError
 from seq2seq.config import ConfigError
-from seq2seq.corpus import DataError
-from seq2seq.lit_module import NonFiniteLossError
-from seq2seq.training import discard_unstarted_run, train
+from seq2seq.data.corpus import DataError
+from seq2seq.training.checkpoint import CheckpointError
+from seq2seq.training.module import NonFiniteLossError
+from seq2seq.training.run import discard_unstarted_run, train
 
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="train")

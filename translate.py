@@ -1,11 +1,11 @@
 """Translate with a trained checkpoint, e.g. ``python translate.py --ckpt model.ckpt "How are you?"``.
 
-A thin wrapper: the logic lives in :mod:`seq2seq.cli_translate` (see ``--help``).
+A thin wrapper: the logic lives in :mod:`seq2seq.inference.cli` (see ``--help``).
 """
 
 import sys
 
-from seq2seq.cli_translate import main
+from seq2seq.inference.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

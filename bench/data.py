@@ -26,9 +26,9 @@ import pyarrow.compute as pc
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from seq2seq.batching import TokenBudgetBatchSampler  # noqa: E402
 from seq2seq.config import DataConfig  # noqa: E402
-from seq2seq.datamodule import TranslationDataModule  # noqa: E402
+from seq2seq.data.batching import TokenBudgetBatchSampler  # noqa: E402
+from seq2seq.data.datamodule import TranslationDataModule  # noqa: E402
 
 CORPUS = ROOT / "data" / "spa-eng" / "spa.txt.gz"
 

@@ -32,14 +32,14 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from seq2seq import corpus  # noqa: E402
-from seq2seq.batching import pad_ids  # noqa: E402
-from seq2seq.checkpoint import load_model  # noqa: E402
 from seq2seq.config import DecodeConfig, ModelConfig  # noqa: E402
+from seq2seq.data import corpus  # noqa: E402
+from seq2seq.data.batching import pad_ids  # noqa: E402
+from seq2seq.data.tokenizer import EOS_ID, PAD_ID, TranslationTokenizer  # noqa: E402
 from seq2seq.decoding import generate, greedy_search  # noqa: E402
+from seq2seq.inference.translator import Translator  # noqa: E402
 from seq2seq.model import Transformer  # noqa: E402
-from seq2seq.tokenizer import EOS_ID, PAD_ID, TranslationTokenizer  # noqa: E402
-from seq2seq.translate import Translator  # noqa: E402
+from seq2seq.training.checkpoint import load_model  # noqa: E402
 
 CORPUS = ROOT / "data" / "spa-eng" / "spa.txt.gz"
 SIZES = {  # (model config, vocabulary size)
@@ -165,11 +165,10 @@ def bench_translate(
     translator: Translator, sources: list[str], label: str, beam: int = 5, one_at_a_time: bool = False
 ) -> float:
     """Seconds to translate ``sources`` through the Translator, batched or one sentence per call."""
+    settings = translator.settings(beam=beam)
     start = time.perf_counter()
-    if one_at_a_time:
-        outputs = [translator.translate([source], beam=beam)[0] for source in sources]
-    else:
-        outputs = translator.translate(sources, beam=beam)
+    batches = [[source] for source in sources] if one_at_a_time else [sources]
+    outputs = [best.text for batch in batches for best, *_ in translator.translate(batch, settings)]
     seconds = time.perf_counter() - start
     tokens = sum(len(ids) for ids in translator.tokenizer.encode_target(outputs))
     print(

@@ -37,12 +37,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.decode import median_times, read_pairs  # noqa: E402
-from seq2seq.batching import Batch, collate, pad_ids  # noqa: E402
 from seq2seq.config import ModelConfig  # noqa: E402
-from seq2seq.loss import label_smoothed_loss  # noqa: E402
+from seq2seq.data.batching import Batch, collate, pad_ids  # noqa: E402
+from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, TranslationTokenizer  # noqa: E402
 from seq2seq.model import Transformer  # noqa: E402
 from seq2seq.model.transformer import sinusoidal_table  # noqa: E402
-from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID, TranslationTokenizer  # noqa: E402
+from seq2seq.training.loss import label_smoothed_loss  # noqa: E402
 
 VOCAB = 8000
 SIZES = {

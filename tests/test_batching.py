@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from seq2seq.batching import TokenBudgetBatchSampler, collate, pair_lengths
-from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from seq2seq.data.batching import TokenBudgetBatchSampler, collate, pair_lengths
+from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 MAX_TOKENS = 256
 

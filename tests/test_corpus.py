@@ -11,7 +11,7 @@ import datasets
 import pytest
 
 from seq2seq.config import DataConfig
-from seq2seq.corpus import DataError, load_corpus, references, resolve_path, split_corpus
+from seq2seq.data.corpus import DataError, load_corpus, references, resolve_path, split_corpus
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from seq2seq.config import DataConfig
-from seq2seq.datamodule import TranslationDataModule
-from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from seq2seq.data.datamodule import TranslationDataModule
+from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 
 @pytest.fixture

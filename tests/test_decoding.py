@@ -8,11 +8,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from seq2seq.batching import pad_ids
 from seq2seq.config import DecodeConfig, ModelConfig
+from seq2seq.data.batching import pad_ids
+from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from seq2seq.decoding import Hypothesis, beam_search, generate, greedy_search
 from seq2seq.model import Transformer
-from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 VOCAB = 24
 SOURCES = [[5, 6, 7], [8, 9, 10, 11, 12, 13], [14, 15], [16, 17, 18, 19, 20], [21, 22, 23, 4], [6]]

@@ -14,12 +14,12 @@ import pytorch_lightning as pl
 import torch
 from compose import ROOT, tiny_run
 
-from seq2seq import training
-from seq2seq.checkpoint import CheckpointError
 from seq2seq.config import ConfigError
-from seq2seq.corpus import DataError
-from seq2seq.lit_module import NonFiniteLossError
-from seq2seq.training import train
+from seq2seq.data.corpus import DataError
+from seq2seq.training import run as training
+from seq2seq.training.checkpoint import CheckpointError
+from seq2seq.training.module import NonFiniteLossError
+from seq2seq.training.run import train
 
 
 def final_state(run_dir: Path) -> dict:

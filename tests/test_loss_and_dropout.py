@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from seq2seq.loss import label_smoothed_loss
+from seq2seq.data.tokenizer import PAD_ID
 from seq2seq.model.dropout import Dropout
-from seq2seq.tokenizer import PAD_ID
+from seq2seq.training.loss import label_smoothed_loss
 
 
 def autograd_loss(logits: torch.Tensor, target: torch.Tensor, smoothing: float) -> tuple[torch.Tensor, ...]:

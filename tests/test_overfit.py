@@ -2,12 +2,12 @@
 
 import torch
 
-from seq2seq.batching import pad_ids
 from seq2seq.config import DecodeConfig, ModelConfig
+from seq2seq.data.batching import pad_ids
+from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from seq2seq.decoding import generate
-from seq2seq.loss import label_smoothed_loss
 from seq2seq.model import Transformer
-from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from seq2seq.training.loss import label_smoothed_loss
 
 PAIRS = [  # source ids -> target ids, different lengths, no specials
     ([5, 6, 7], [10, 11, 12, 13]),

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID, TranslationTokenizer
+from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID, TranslationTokenizer
 
 TINY = Path(__file__).parent / "fixtures" / "tiny.tsv"
 

@@ -9,11 +9,11 @@ import torch
 from compose import ROOT, tiny_run
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from seq2seq.checkpoint import load_model, read_checkpoint
-from seq2seq.cli_translate import main as translate_main
 from seq2seq.config import ConfigError
-from seq2seq.training import train
-from seq2seq.translate import Translator
+from seq2seq.inference.cli import main as translate_main
+from seq2seq.inference.translator import Translator
+from seq2seq.training.checkpoint import load_model, read_checkpoint
+from seq2seq.training.run import train
 
 
 def tiny_config(tmp_path: Path, *overrides: str):
@@ -51,7 +51,7 @@ def test_checkpoint_is_self_contained_and_translates(trained_run):
     checkpoint = read_checkpoint(trained_run / "checkpoints" / "best.ckpt")
     assert {"model_config", "tokenizer", "decode_config", "data_config"} <= set(checkpoint["seq2seq"])
     translator = Translator.from_checkpoint(trained_run / "checkpoints" / "best.ckpt", device="cpu")
-    outputs = translator.translate(["How are you?", "I like coffee."])
+    outputs = [best.text for best, *_ in translator.translate(["How are you?", "I like coffee."])]
     assert len(outputs) == 2 and all(isinstance(o, str) for o in outputs)
 
 

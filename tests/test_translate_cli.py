@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from seq2seq import translate as translate_module
-from seq2seq.checkpoint import inference_state, load_model
-from seq2seq.cli_translate import main
 from seq2seq.config import DataConfig, DecodeConfig, ModelConfig
-from seq2seq.evaluation import reference_streams, score
+from seq2seq.data.tokenizer import PAD_ID, TranslationTokenizer
+from seq2seq.inference import translator as translate_module
+from seq2seq.inference.cli import main
+from seq2seq.inference.evaluation import reference_streams, score
+from seq2seq.inference.translator import Translator
 from seq2seq.model import Transformer
-from seq2seq.tokenizer import PAD_ID, TranslationTokenizer
-from seq2seq.translate import Translator
+from seq2seq.training.checkpoint import inference_state, load_model
 
 REPO = Path(__file__).resolve().parent.parent
 CORPUS = REPO / "tests" / "fixtures" / "tiny.tsv"
@@ -61,6 +61,10 @@ def translator(checkpoint: Path) -> Translator:
     return Translator.from_checkpoint(checkpoint, device="cpu")
 
 
+def best_texts(translator: Translator, texts, settings=None) -> list[str]:
+    return [best.text for best, *_ in translator.translate(texts, settings)]
+
+
 def _run(capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, list[str], str]:
     code = main(list(argv))
     captured = capsys.readouterr()
@@ -72,7 +76,7 @@ def test_sentences_on_the_command_line(checkpoint: Path, translator: Translator,
         capsys, "--ckpt", str(checkpoint), "--device", "cpu", "How are you?", "I like coffee."
     )
     assert code == 0
-    assert lines == translator.translate(["How are you?", "I like coffee."])
+    assert lines == best_texts(translator, ["How are you?", "I like coffee."])
     assert all(lines)
 
 
@@ -82,7 +86,7 @@ def test_stdin_keeps_blank_lines_aligned(
     monkeypatch.setattr(sys, "stdin", io.StringIO("How are you?\n\n   \nI like coffee.\n"))
     code, lines, err = _run(capsys, "--ckpt", str(checkpoint), "--device", "cpu")
     assert code == 0
-    first, last = translator.translate(["How are you?", "I like coffee."])
+    first, last = best_texts(translator, ["How are you?", "I like coffee."])
     assert lines == [first, "", "", last]
     assert err == ""
 
@@ -181,11 +185,11 @@ def test_corrupt_checkpoint_and_missing_gpu(tmp_path: Path, checkpoint: Path, ca
 
 
 def test_failure_leaves_no_partial_output(checkpoint: Path, tmp_path: Path, capsys, monkeypatch) -> None:
-    def fail_midway(self, lines, batch_tokens=None, beam=None, nbest=None):
+    def fail_midway(self, texts, settings=None):
         yield [translate_module.Translation("partial", 0.0)]
         raise ValueError("decoding exploded")
 
-    monkeypatch.setattr(Translator, "translate_stream_nbest", fail_midway)
+    monkeypatch.setattr(Translator, "translate", fail_midway)
     output = tmp_path / "out.txt"
     code, _, err = _run(capsys, "--ckpt", str(checkpoint), "--device", "cpu", "-o", str(output), "Hi.", "Go.")
     assert code == 1 and "decoding exploded" in err
@@ -196,16 +200,17 @@ def test_stream_is_lazy_and_keeps_order(translator: Translator, monkeypatch) -> 
     monkeypatch.setattr(translate_module, "CHUNK_LINES", 3)
     sentences = ["I like coffee very much.", "Hi.", "", "Where is the station?", "Go."]
     endless = itertools.cycle(sentences)  # would hang if the stream read everything first
-    streamed = list(itertools.islice(translator.translate_stream(endless, batch_tokens=16), len(sentences)))
-    assert streamed == [translator.translate([s])[0] for s in sentences]
+    translator.batch_tokens = 16
+    streamed = [best.text for best, *_ in itertools.islice(translator.translate(endless), len(sentences))]
+    assert streamed == [best_texts(translator, [s])[0] for s in sentences]
     assert streamed[2] == "" and all(streamed[i] for i in (0, 1, 3, 4))
 
 
 def test_long_input_is_truncated_with_one_warning(checkpoint: Path, caplog) -> None:
     translator = Translator.from_checkpoint(checkpoint, device="cpu")
     long_text = " ".join(["coffee"] * 200)
-    with caplog.at_level(logging.WARNING, logger="seq2seq.translate"):
-        outputs = translator.translate([long_text, long_text])
+    with caplog.at_level(logging.WARNING, logger="seq2seq.inference.translator"):
+        outputs = best_texts(translator, [long_text, long_text])
     assert len(outputs) == 2 and all(outputs)
     assert sum("max_positions" in record.getMessage() for record in caplog.records) == 1
 
@@ -214,10 +219,9 @@ def test_in_memory_model_matches_loaded_checkpoint(checkpoint: Path, translator:
     loaded = load_model(checkpoint)
     in_memory = Translator(loaded.model, loaded.tokenizer, loaded.decode_config)
     texts = ["Hi.", "I like coffee.", "Where is the station?"]
-    assert in_memory.translate(texts) == translator.translate(texts)
-    assert translator.translate(texts, beam=1) == [
-        translator.translate_nbest([t], beam=1)[0][0].text for t in texts
-    ]
+    assert best_texts(in_memory, texts) == best_texts(translator, texts)
+    greedy = translator.settings(beam=1)
+    assert best_texts(translator, texts, greedy) == [best_texts(translator, [t], greedy)[0] for t in texts]
 
 
 def test_variable_reference_counts_are_padded_with_none() -> None:
@@ -291,7 +295,7 @@ def _random_texts(rng: random.Random, count: int) -> list[str]:
 
 def test_fuzz_random_bytes_and_code_points_translate_line_for_line(translator: Translator) -> None:
     texts = _random_texts(random.Random(1234), 150)
-    outputs = translator.translate(texts)
+    outputs = best_texts(translator, texts)
     assert len(outputs) == len(texts)
     assert all(isinstance(output, str) and "\n" not in output and "\r" not in output for output in outputs)
     assert all(output == "" for text, output in zip(texts, outputs, strict=True) if not text.strip())

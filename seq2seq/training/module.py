@@ -16,14 +16,14 @@ import pytorch_lightning as pl
 import torch
 from torch import Tensor
 
-from seq2seq.batching import Batch
-from seq2seq.checkpoint import KEY, inference_state
 from seq2seq.config import DataConfig, DecodeConfig, ModelConfig, OptimConfig
-from seq2seq.evaluation import score
-from seq2seq.loss import label_smoothed_loss
+from seq2seq.data.batching import Batch
+from seq2seq.data.tokenizer import PAD_ID, TranslationTokenizer
+from seq2seq.inference.evaluation import score
+from seq2seq.inference.translator import Translator
 from seq2seq.model import Transformer
-from seq2seq.tokenizer import PAD_ID, TranslationTokenizer
-from seq2seq.translate import Translator
+from seq2seq.training.checkpoint import KEY, inference_state
+from seq2seq.training.loss import label_smoothed_loss
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +130,7 @@ class TranslationModule(pl.LightningModule):
         if not sources:
             return
         translator = Translator(self.eval_model, self.tokenizer, self.decode_cfg, self.device)
-        hypotheses = translator.translate(sources)
+        hypotheses = [best.text for best, *_ in translator.translate(sources)]
         self.val_samples = (sources, references, hypotheses)
         scores = score(hypotheses, references)
         self.best_bleu = max(self.best_bleu, scores["bleu"])

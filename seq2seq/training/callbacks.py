@@ -14,7 +14,7 @@ import pytorch_lightning as pl
 import torch
 from lightning_fabric.plugins import TorchCheckpointIO
 
-from seq2seq.checkpoint import CheckpointError
+from seq2seq.training.checkpoint import CheckpointError
 
 log = logging.getLogger(__name__)
 

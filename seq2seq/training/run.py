@@ -19,7 +19,6 @@ from omegaconf import DictConfig, OmegaConf
 from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint, RichProgressBar
 from pytorch_lightning.loggers import TensorBoardLogger
 
-from seq2seq.callbacks import AtomicCheckpointIO, InterruptBetweenBatches, SaveLast, ShuffleEachEpoch
 from seq2seq.config import (
     CallbacksConfig,
     ConfigError,
@@ -30,9 +29,10 @@ from seq2seq.config import (
     OptimConfig,
     validated,
 )
-from seq2seq.datamodule import TranslationDataModule
-from seq2seq.lit_module import TranslationModule
-from seq2seq.monitoring import TensorBoardPanels
+from seq2seq.data.datamodule import TranslationDataModule
+from seq2seq.training.callbacks import AtomicCheckpointIO, InterruptBetweenBatches, SaveLast, ShuffleEachEpoch
+from seq2seq.training.module import TranslationModule
+from seq2seq.training.monitoring import TensorBoardPanels
 
 log = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ from typing import Any
 import torch
 
 from seq2seq.config import DataConfig, DecodeConfig, ModelConfig
+from seq2seq.data.tokenizer import PAD_ID, TranslationTokenizer
 from seq2seq.model import Transformer
-from seq2seq.tokenizer import PAD_ID, TranslationTokenizer
 
 KEY = "seq2seq"
 MODEL_PREFIX = "model."  # the LightningModule keeps the Transformer at `self.model` (or `ema_model`)

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from seq2seq.tokenizer import PAD_ID
+from seq2seq.data.tokenizer import PAD_ID
 
 CPU_CHUNK_ELEMENTS = 2**17  # float32 scratch of 512 KB: a chunk's passes stay in the L2 cache
 GPU_CHUNK_ELEMENTS = 2**26  # 256 MB: few kernel launches, float32 scratch still bounded

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch.utils.data import Sampler
 
-from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 
 class Batch(NamedTuple):

@@ -17,9 +17,9 @@ import torch
 from torch import Tensor
 
 from seq2seq.config import DecodeConfig
+from seq2seq.data.tokenizer import BOS_ID, EOS_ID
+from seq2seq.decoding.steps import CachedSteps, Hypothesis, length_penalty, next_log_probs, output_limits
 from seq2seq.model import Transformer
-from seq2seq.search_steps import CachedSteps, Hypothesis, length_penalty, next_log_probs, output_limits
-from seq2seq.tokenizer import BOS_ID, EOS_ID
 
 
 class _Candidates(NamedTuple):

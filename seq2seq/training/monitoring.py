@@ -9,7 +9,7 @@ from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.utilities import rank_zero_only
 from torch import Tensor
 
-from seq2seq.tokenizer import BOS_ID, EOS_ID, token_labels
+from seq2seq.data.tokenizer import BOS_ID, EOS_ID, token_labels
 
 
 def attention_figure(weights: Tensor, query_tokens: list[str], key_tokens: list[str], title: str) -> Figure:

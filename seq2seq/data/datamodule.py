@@ -21,10 +21,10 @@ import numpy as np
 import pytorch_lightning as pl
 from torch.utils.data import DataLoader
 
-from seq2seq import corpus
-from seq2seq.batching import TokenBudgetBatchSampler, collate, pair_lengths
 from seq2seq.config import DataConfig
-from seq2seq.tokenizer import TranslationTokenizer, config_key
+from seq2seq.data import corpus
+from seq2seq.data.batching import TokenBudgetBatchSampler, collate, pair_lengths
+from seq2seq.data.tokenizer import TranslationTokenizer, config_key
 
 log = logging.getLogger("seq2seq.data")
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from seq2seq.tokenizer import BOS_ID, EOS_ID, SPECIAL_TOKENS, token_labels
-from seq2seq.translate import Translator
+from seq2seq.data.tokenizer import BOS_ID, EOS_ID, SPECIAL_TOKENS, token_labels
+from seq2seq.inference.translator import Translator
 
 
 @dataclass

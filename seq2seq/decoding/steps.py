@@ -13,8 +13,8 @@ import torch
 from torch import Tensor
 
 from seq2seq.config import DecodeConfig
+from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from seq2seq.model import Transformer
-from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 
 @dataclass

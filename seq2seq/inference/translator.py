@@ -18,12 +18,12 @@ from pathlib import Path
 
 import torch
 
-from seq2seq.batching import pad_ids
-from seq2seq.checkpoint import load_model
 from seq2seq.config import DecodeConfig
+from seq2seq.data.batching import pad_ids
+from seq2seq.data.tokenizer import EOS_ID, TranslationTokenizer
 from seq2seq.decoding import Hypothesis, generate
 from seq2seq.model import Transformer
-from seq2seq.tokenizer import EOS_ID, TranslationTokenizer
+from seq2seq.training.checkpoint import load_model
 
 log = logging.getLogger(__name__)
 
@@ -124,45 +124,25 @@ class Translator:
         """Decode one batch of encoded sources (non-empty, from :meth:`encode`)."""
         return generate(self.model, pad_ids(sources).to(self.device), cfg)
 
-    def _translate_chunk(
-        self, texts: list[str], cfg: DecodeConfig, batch_tokens: int
-    ) -> list[list[Translation]]:
+    def _translate_chunk(self, texts: list[str], cfg: DecodeConfig) -> list[list[Translation]]:
         sources = self.encode(texts)
         results = [[Translation("", 0.0)] for _ in texts]  # what blank inputs keep
-        for batch in token_budget_batches([len(ids) for ids in sources], batch_tokens):
+        for batch in token_budget_batches([len(ids) for ids in sources], self.batch_tokens):
             hypotheses = self.search([sources[i] for i in batch], cfg)
             texts_out = iter(self.tokenizer.decode_target([h.tokens for hyps in hypotheses for h in hyps]))
             for i, hyps in zip(batch, hypotheses, strict=True):
                 results[i] = [Translation(_one_line(next(texts_out)), h.score) for h in hyps]
         return results
 
-    def translate_stream_nbest(
-        self,
-        lines: Iterable[str],
-        batch_tokens: int | None = None,
-        beam: int | None = None,
-        nbest: int | None = None,
+    def translate(
+        self, texts: Iterable[str], settings: DecodeConfig | None = None
     ) -> Iterator[list[Translation]]:
-        """Lazily translate ``lines``, yielding each line's n-best list (best first) in input order."""
-        cfg = self.settings(beam, nbest)
-        budget = batch_tokens or self.batch_tokens
-        iterator = iter(lines)
+        """Lazily translate ``texts``, yielding each one's n-best list (best first) in input order.
+
+        ``settings`` defaults to the translator's own decoding config (see :meth:`settings`).
+        Input is consumed :data:`CHUNK_LINES` at a time, so an endless stream works.
+        """
+        cfg = settings or self.decode_cfg
+        iterator = iter(texts)
         while chunk := list(islice(iterator, CHUNK_LINES)):
-            yield from self._translate_chunk(chunk, cfg, budget)
-
-    def translate_stream(
-        self, lines: Iterable[str], batch_tokens: int | None = None, beam: int | None = None
-    ) -> Iterator[str]:
-        """Lazily translate ``lines`` one output string per input line, in input order."""
-        for translations in self.translate_stream_nbest(lines, batch_tokens, beam, nbest=1):
-            yield translations[0].text
-
-    def translate_nbest(
-        self, texts: list[str], beam: int | None = None, nbest: int | None = None
-    ) -> list[list[Translation]]:
-        """The ``nbest`` best translations of each text with their scores, best first."""
-        return list(self.translate_stream_nbest(texts, beam=beam, nbest=nbest))
-
-    def translate(self, texts: list[str], beam: int | None = None) -> list[str]:
-        """The best translation of each text."""
-        return list(self.translate_stream(texts, beam=beam))
+            yield from self._translate_chunk(chunk, cfg)

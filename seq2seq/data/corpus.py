@@ -31,7 +31,7 @@ from seq2seq.config import DataConfig
 log = logging.getLogger("seq2seq.data")
 
 _FORMAT_VERSION = 2  # bump when the cleaning rules or the cache layout change, to invalidate old caches
-_REPO_ROOT = Path(__file__).resolve().parent.parent
+_REPO_ROOT = Path(__file__).resolve().parents[2]  # seq2seq/data/corpus.py -> the checkout
 _FEATURES = datasets.Features({"src": datasets.Value("string"), "tgt": datasets.Value("string")})
 _SUFFIXES = (".tsv", ".txt", ".csv", ".jsonl")
 _BATCH = 10_000  # rows per Arrow batch when writing the corpus or scanning a column

@@ -1,10 +1,9 @@
-"""Translate a batch of source ids: greedy or beam search over ``encode`` and the cached ``step``.
+"""Greedy search (and sampling) over ``encode`` and the cached ``step``.
 
 The encoder and every layer's cross-attention keys/values run once per source. A sentence
 that finishes leaves the active batch at once (its cache rows are dropped with
 ``index_select``), so one long sentence does not make the short ones in its batch pay for
-its extra steps. Beam search lives in :mod:`seq2seq.beam_search`; the shared pieces in
-:mod:`seq2seq.search_steps`.
+its extra steps.
 """
 
 from __future__ import annotations
@@ -12,10 +11,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from seq2seq.beam_search import beam_search
 from seq2seq.config import DecodeConfig
-from seq2seq.model import Transformer
-from seq2seq.search_steps import (
+from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from seq2seq.decoding.steps import (
     CachedSteps,
     FullSteps,
     Hypothesis,
@@ -24,9 +22,7 @@ from seq2seq.search_steps import (
     next_log_probs,
     output_limits,
 )
-from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID
-
-__all__ = ["Hypothesis", "beam_search", "generate", "greedy_search"]
+from seq2seq.model import Transformer
 
 
 @torch.inference_mode()
@@ -67,15 +63,3 @@ def greedy_search(
 
 def _strip_eos(tokens: list[int]) -> list[int]:
     return tokens[:-1] if tokens and tokens[-1] == EOS_ID else tokens
-
-
-@torch.inference_mode()
-def generate(model: Transformer, src: Tensor, cfg: DecodeConfig) -> list[list[Hypothesis]]:
-    """Translate a batch: greedy when ``cfg.beam_size == 1``, else beam search.
-
-    src: (B, S) source ids ending in EOS, padded with PAD_ID. Returns, per sentence, up to
-    ``cfg.nbest`` hypotheses, best first. The model should be in eval mode.
-    """
-    if cfg.beam_size == 1:
-        return greedy_search(model, src, cfg)
-    return beam_search(model, src, cfg)

@@ -22,11 +22,11 @@ from typing import TextIO
 import torch
 from tqdm import tqdm
 
-from seq2seq.alignment import align, format_table, save_heatmap
-from seq2seq.checkpoint import CheckpointError, load_model
 from seq2seq.config import DataConfig, DecodeConfig
-from seq2seq.evaluation import evaluate, format_scores, read_pairs
-from seq2seq.translate import DEFAULT_BATCH_TOKENS, Translation, Translator, resolve_device
+from seq2seq.inference.alignment import align, format_table, save_heatmap
+from seq2seq.inference.evaluation import evaluate, format_scores, read_pairs
+from seq2seq.inference.translator import DEFAULT_BATCH_TOKENS, Translation, Translator, resolve_device
+from seq2seq.training.checkpoint import CheckpointError, load_model
 
 PROG = "translate.py"
 EXAMPLES = f"""examples:
@@ -57,7 +57,7 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog=PROG,
-        description="Translate with a trained seq2seq checkpoint (argparse CLI over seq2seq.translate).",
+        description="Translate with a trained seq2seq checkpoint.",
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -176,7 +176,7 @@ def _stdin_is_file() -> bool:
 
 def _eval_set(spec: str, data_cfg: DataConfig) -> tuple[list[str], list[list[str]]]:
     if spec in ("test", "valid"):
-        from seq2seq import corpus  # datasets: seconds to import, only needed here
+        from seq2seq.data import corpus  # datasets: seconds to import, only needed here
 
         splits, _ = corpus.load_splits(data_cfg)  # the same grouped split training validated on
         return corpus.references(splits[spec])
@@ -190,7 +190,7 @@ def _eval_set(spec: str, data_cfg: DataConfig) -> tuple[list[str], list[list[str
 def _translate_lines(
     translator: Translator, lines: Iterable[str], with_scores: bool, out: TextIO, progress: bool = False
 ) -> None:
-    results = translator.translate_stream_nbest(lines)
+    results = translator.translate(lines)
     for index, translations in enumerate(tqdm(results, unit=" lines", file=sys.stderr, disable=not progress)):
         _write(out, index, translations, with_scores)
     out.flush()

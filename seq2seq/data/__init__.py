@@ -1,0 +1,1 @@
+"""Data stage: corpus file -> grouped splits -> tokenizer -> ids -> token-budget batches."""

@@ -1,0 +1,1 @@
+"""Inference stage: checkpoint -> :class:`Translator` -> strings, the CLI, evaluation, attention views."""

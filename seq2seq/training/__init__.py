@@ -1,0 +1,1 @@
+"""Training stage: the LightningModule, its loss, callbacks, TensorBoard panels and checkpoint format."""
