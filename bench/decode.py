@@ -218,7 +218,7 @@ def main() -> None:
     sources = distinct[:: max(1, len(distinct) // args.sentences)][: args.sentences]  # keep the spread
     tokenizer = TranslationTokenizer.train(*read_pairs(40_000), vocab, shared=True)
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
-    model = Transformer(cfg, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, PAD_ID).eval().to(dtype)
+    model = Transformer(cfg, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size).eval().to(dtype)
     step = len(sources) // args.batch
     batch_sources = [sources[i * step] for i in range(args.batch)]
     src = pad_ids([[*ids, EOS_ID] for ids in tokenizer.encode_source(batch_sources)])

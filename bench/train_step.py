@@ -92,7 +92,7 @@ class TorchTransformer(nn.Module):
 
 def ours_loss(logits: Tensor, target: Tensor) -> Tensor:
     """What the Lightning module computes: smoothed loss (and the NLL it logs) in one pass."""
-    loss_sum, _, n_tokens = label_smoothed_loss(logits, target, 0.1)
+    loss_sum, _, n_tokens = label_smoothed_loss(logits, target, 0.1, PAD_ID)
     return loss_sum / n_tokens
 
 
@@ -186,7 +186,7 @@ def bench_size(
     tokenizer, sources, targets = data
     cfg = SIZES[name]
     torch.manual_seed(0)
-    ours, peer = Transformer(cfg, VOCAB, VOCAB, PAD_ID), TorchTransformer(cfg, VOCAB)
+    ours, peer = Transformer(cfg, VOCAB, VOCAB), TorchTransformer(cfg, VOCAB)
     batches = real_batches(tokenizer, sources, targets, args.max_tokens, args.batches)
     tokens = sum(int((b.src != PAD_ID).sum() + (b.tgt_out != PAD_ID).sum()) for b in batches)
     flops = sum(model_flops(cfg, ours, b) for b in batches)

@@ -27,6 +27,20 @@ def _probability(name: str, value: float) -> None:
         raise ConfigError(f"{name} must be in [0, 1), got {value}")
 
 
+@dataclass(frozen=True)
+class SpecialIds:
+    """Ids of the special tokens. The tokenizer gives its special tokens these ids; the model and
+    decoding read them from the model, so decoding never needs the data stage."""
+
+    pad: int = 0
+    bos: int = 1
+    eos: int = 2
+    unk: int = 3
+
+
+SPECIAL_IDS = SpecialIds()
+
+
 @dataclass
 class ModelConfig:
     """Sizes and switches of the encoder-decoder Transformer."""

@@ -71,5 +71,5 @@ def test_unknown_key_in_a_yaml_file_names_the_key():
 def test_every_shipped_model_config_builds(name):
     cfg = compose_train(f"model={name}")
     model_cfg = validated(ModelConfig, cfg.model, "model")
-    model = Transformer(model_cfg, 8000, 8000, 0)
+    model = Transformer(model_cfg, 8000, 8000)
     assert sum(p.numel() for p in model.parameters()) > 0
