@@ -28,11 +28,12 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
+from omegaconf import OmegaConf
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from seq2seq.config import DecodeConfig, ModelConfig  # noqa: E402
+from seq2seq.config import DecodeConfig, ModelConfig, validated  # noqa: E402
 from seq2seq.data import corpus  # noqa: E402
 from seq2seq.data.batching import pad_ids  # noqa: E402
 from seq2seq.data.tokenizer import EOS_ID, PAD_ID, TranslationTokenizer  # noqa: E402
@@ -42,11 +43,13 @@ from seq2seq.model import Transformer  # noqa: E402
 from seq2seq.training.checkpoint import load_model  # noqa: E402
 
 CORPUS = ROOT / "data" / "spa-eng" / "spa.txt.gz"
-SIZES = {  # (model config, vocabulary size)
-    "tiny": (ModelConfig(d_model=64, n_heads=4, n_encoder_layers=2, n_decoder_layers=2, d_ff=256), 2000),
-    "small": (ModelConfig(d_model=256, n_heads=4, n_encoder_layers=3, n_decoder_layers=3, d_ff=1024), 8000),
-}
+VOCAB = {"tiny": 2000, "small": 8000}  # model size (configs/model/<size>.yaml) -> vocabulary size
 LENGTHS = (16, 32, 64, 128)
+
+
+def model_config(name: str) -> ModelConfig:
+    """The sizes of ``configs/model/<name>.yaml``, validated as training validates them."""
+    return validated(ModelConfig, OmegaConf.load(ROOT / "configs" / "model" / f"{name}.yaml"), "model")
 
 
 def read_pairs(count: int) -> tuple[list[str], list[str]]:
@@ -199,7 +202,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--size", choices=sorted(SIZES), default="small")
+    parser.add_argument("--size", choices=sorted(VOCAB), default="small")
     parser.add_argument("--reps", type=int, default=3, help="timed repetitions per measurement")
     parser.add_argument("--batch", type=int, default=64, help="sentences per batch in (a) and (b)")
     parser.add_argument("--marian-len", type=int, default=32, help="forced output length in (b)")
@@ -212,8 +215,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
 
     torch.manual_seed(0)
-    cfg, vocab = SIZES[args.size]
-    cfg = replace(cfg, dropout=0.0)
+    cfg, vocab = replace(model_config(args.size), dropout=0.0), VOCAB[args.size]
     distinct = list(dict.fromkeys(read_pairs(3 * args.sentences)[0]))  # the corpus is sorted by length:
     sources = distinct[:: max(1, len(distinct) // args.sentences)][: args.sentences]  # keep the spread
     tokenizer = TranslationTokenizer.train(*read_pairs(40_000), vocab, shared=True)

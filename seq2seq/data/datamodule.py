@@ -7,9 +7,7 @@ re-trains and re-encodes nothing, and a changed input never reuses a stale cache
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import tempfile
 import time
 from collections.abc import Iterator
 from functools import partial
@@ -24,6 +22,7 @@ from torch.utils.data import DataLoader
 from seq2seq.config import DataConfig
 from seq2seq.data import corpus
 from seq2seq.data.batching import TokenBudgetBatchSampler, collate, pair_lengths
+from seq2seq.data.cache import build_into_place, digest
 from seq2seq.data.tokenizer import TranslationTokenizer, config_key
 
 log = logging.getLogger("seq2seq.data")
@@ -37,10 +36,6 @@ _ENCODED = datasets.Features(
         "length": datasets.Value("int32"),  # padded cost of the pair, see batching.pair_lengths
     }
 )
-
-
-def _digest(text: str) -> str:
-    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 
 def _encode_batch(batch: dict, tokenizer: TranslationTokenizer) -> dict:
@@ -75,7 +70,7 @@ class TranslationDataModule(pl.LightningDataModule):
 
     def _tokenizer_dir(self, train: datasets.Dataset) -> Path:
         key = config_key(self.cfg.vocab_size, self.cfg.shared_vocab) + train._fingerprint
-        return self.cache_dir / f"tokenizer-{_digest(key)}"
+        return self.cache_dir / f"tokenizer-{digest(key)}"
 
     def _train_or_load_tokenizer(self, train: datasets.Dataset) -> TranslationTokenizer:
         """Tokenizer of the train split only, so held-out text never shapes the vocabulary."""
@@ -87,15 +82,7 @@ class TranslationDataModule(pl.LightningDataModule):
         tokenizer = TranslationTokenizer.train(
             _texts(train, "src"), _texts(train, "tgt"), self.cfg.vocab_size, self.cfg.shared_vocab
         )
-        self.cache_dir.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=self.cache_dir, prefix=".tokenizer-") as scratch:
-            staging = Path(scratch) / "tokenizer"  # renamed into place whole, so a crash leaves no cache
-            tokenizer.save(staging)
-            try:
-                staging.rename(directory)
-            except OSError:
-                if not directory.is_dir():  # otherwise another process saved the same tokenizer first
-                    raise
+        build_into_place(directory, tokenizer.save)
         log.info("tokenizer trained in %.1fs, saved to %s", time.perf_counter() - start, directory)
         return tokenizer
 
@@ -110,7 +97,7 @@ class TranslationDataModule(pl.LightningDataModule):
             batched=True,
             batch_size=2000,
             features=_ENCODED,
-            new_fingerprint=_digest(f"{dataset._fingerprint}|{tokenizer_dir.name}"),
+            new_fingerprint=digest(f"{dataset._fingerprint}|{tokenizer_dir.name}"),
             desc=f"encoding {name}",
         )
 
@@ -118,7 +105,7 @@ class TranslationDataModule(pl.LightningDataModule):
         keep = np.flatnonzero(_lengths(dataset) <= self.cfg.max_length + 1)  # length counts one special
         if len(keep) == len(dataset):
             return dataset, 0
-        fingerprint = _digest(f"{dataset._fingerprint}|max_length={self.cfg.max_length}")
+        fingerprint = digest(f"{dataset._fingerprint}|max_length={self.cfg.max_length}")
         return dataset.select(keep, new_fingerprint=fingerprint), len(dataset) - len(keep)
 
     def setup(self, stage: str | None = None) -> None:

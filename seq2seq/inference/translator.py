@@ -16,10 +16,11 @@ from dataclasses import dataclass, replace
 from itertools import islice
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from seq2seq.config import DecodeConfig
-from seq2seq.data.batching import pad_ids
+from seq2seq.data.batching import pack, pad_ids
 from seq2seq.data.tokenizer import EOS_ID, TranslationTokenizer
 from seq2seq.decoding import Hypothesis, generate
 from seq2seq.model import Transformer
@@ -54,20 +55,12 @@ def _one_line(text: str) -> str:
     return text.replace("\r", " ").replace("\n", " ")
 
 
-def token_budget_batches(lengths: list[int], batch_tokens: int) -> Iterator[list[int]]:
-    """Indices of the non-empty inputs, sorted by length, packed so size × longest <= batch_tokens.
-
-    Sorting keeps padding low; an input longer than the budget gets a batch of its own.
-    """
-    order = sorted((i for i, n in enumerate(lengths) if n), key=lambda i: lengths[i])
-    batch: list[int] = []
-    for i in order:
-        if batch and (len(batch) + 1) * lengths[i] > batch_tokens:
-            yield batch
-            batch = []
-        batch.append(i)
-    if batch:
-        yield batch
+def token_budget_batches(sources: list[list[int]], batch_tokens: int) -> list[np.ndarray]:
+    """Indices of the non-empty sources, sorted by length (which keeps padding low) and packed so that
+    size × longest <= batch_tokens."""
+    lengths = np.array([len(ids) for ids in sources], dtype=np.int64)
+    non_empty = np.flatnonzero(lengths)
+    return pack(non_empty[np.argsort(lengths[non_empty], kind="stable")], lengths, batch_tokens)
 
 
 class Translator:
@@ -127,10 +120,11 @@ class Translator:
     def _translate_chunk(self, texts: list[str], cfg: DecodeConfig) -> list[list[Translation]]:
         sources = self.encode(texts)
         results = [[Translation("", 0.0)] for _ in texts]  # what blank inputs keep
-        for batch in token_budget_batches([len(ids) for ids in sources], self.batch_tokens):
-            hypotheses = self.search([sources[i] for i in batch], cfg)
+        for batch in token_budget_batches(sources, self.batch_tokens):
+            rows = batch.tolist()
+            hypotheses = self.search([sources[i] for i in rows], cfg)
             texts_out = iter(self.tokenizer.decode_target([h.tokens for hyps in hypotheses for h in hyps]))
-            for i, hyps in zip(batch, hypotheses, strict=True):
+            for i, hyps in zip(rows, hypotheses, strict=True):
                 results[i] = [Translation(_one_line(next(texts_out)), h.score) for h in hyps]
         return results
 
