@@ -90,7 +90,7 @@ class DataConfig:
     vocab_size: int = 8000  # subword vocabulary size (per side when not shared)
     shared_vocab: bool = True  # one tokenizer for both languages
     max_tokens: int = 4096  # token budget of one training batch (padded tokens)
-    eval_max_tokens: int = 8192  # token budget of one evaluation batch
+    eval_max_tokens: int = 4096  # token budget of evaluation batches (loss and decoding) and of translate.py
     num_workers: int = 1  # dataloader worker processes
     cache_dir: str = "~/.cache/seq2seq"  # cleaned corpus, tokenizers and encodings
 

@@ -81,10 +81,14 @@ def test_resume_continues_the_step_count(tmp_path):
     assert torch.load(last, weights_only=True)["global_step"] == 2 * steps_one_epoch
 
 
-def test_invalid_override_fails_before_training(tmp_path):
-    with pytest.raises(ConfigError, match=r"model\.d_model"):
-        train(tiny_config(tmp_path, "model.d_model=33"))
-    assert not (tmp_path / "run" / "checkpoints").exists()
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [("model.d_model=33", r"model\.d_model"), ("+decode.sampling=true", r"decode\.sampling=true would make")],
+)
+def test_invalid_override_fails_before_training(tmp_path, override, message):
+    with pytest.raises(ConfigError, match=message):
+        train(tiny_config(tmp_path, override))
+    assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.parametrize(

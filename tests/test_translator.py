@@ -35,6 +35,12 @@ def test_long_input_is_truncated_with_one_warning(checkpoint: Path, caplog) -> N
     assert sum("max_positions" in record.getMessage() for record in caplog.records) == 1
 
 
+def test_batches_default_to_the_budget_validation_decodes_with(checkpoint: Path) -> None:
+    budget = load_model(checkpoint).data_config.eval_max_tokens
+    assert Translator.from_checkpoint(checkpoint, device="cpu").batch_tokens == budget
+    assert Translator.from_checkpoint(checkpoint, device="cpu", batch_tokens=16).batch_tokens == 16
+
+
 def test_in_memory_model_matches_loaded_checkpoint(checkpoint: Path, translator: Translator) -> None:
     loaded = load_model(checkpoint)
     in_memory = Translator(loaded.model, loaded.tokenizer, loaded.decode_config)

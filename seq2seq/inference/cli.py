@@ -25,7 +25,7 @@ from tqdm import tqdm
 from seq2seq.config import DataConfig, DecodeConfig
 from seq2seq.inference.alignment import align, format_table, save_heatmap
 from seq2seq.inference.evaluation import evaluate, format_scores, read_pairs
-from seq2seq.inference.translator import DEFAULT_BATCH_TOKENS, Translation, Translator, resolve_device
+from seq2seq.inference.translator import Translation, Translator, resolve_device
 from seq2seq.training.checkpoint import CheckpointError, load_model
 
 PROG = "translate.py"
@@ -94,9 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--batch-tokens",
         type=int,
-        default=DEFAULT_BATCH_TOKENS,
         metavar="N",
-        help=f"padded source tokens per batch (default: {DEFAULT_BATCH_TOKENS}, as in validation)",
+        help="padded source tokens per batch (default: the checkpoint's data.eval_max_tokens, as validation)",
     )
     parser.add_argument(
         "--output", "-o", metavar="PATH", help="write translations (or --eval hypotheses) here"
@@ -223,7 +222,8 @@ def run(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
     loaded = load_model(args.ckpt, map_location=device)
     settings = decode_settings(loaded.decode_config, args)
-    translator = Translator(loaded.model, loaded.tokenizer, settings, device, args.batch_tokens)
+    batch_tokens = args.batch_tokens or loaded.data_config.eval_max_tokens
+    translator = Translator(loaded.model, loaded.tokenizer, settings, device, batch_tokens)
     if args.seed is not None:
         torch.manual_seed(args.seed)
     if args.interactive:

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from seq2seq.config import DecodeConfig
+from seq2seq.config import DataConfig, DecodeConfig
 from seq2seq.data.batching import pack, pad_ids
 from seq2seq.data.tokenizer import EOS_ID, TranslationTokenizer
 from seq2seq.decoding import Hypothesis, generate
@@ -28,7 +28,9 @@ from seq2seq.training.checkpoint import load_model
 
 log = logging.getLogger(__name__)
 
-DEFAULT_BATCH_TOKENS = 4096  # padded source tokens per batch (beam search decodes beam_size rows for each)
+# Padded source tokens per batch (beam search decodes beam_size rows for each); validation decodes
+# with data.eval_max_tokens, and this is its default.
+DEFAULT_BATCH_TOKENS = DataConfig.eval_max_tokens
 CHUNK_LINES = 10_000  # lines read, sorted and decoded together when streaming
 
 
@@ -83,11 +85,13 @@ class Translator:
 
     @classmethod
     def from_checkpoint(
-        cls, path: str | Path, device: str = "auto", batch_tokens: int = DEFAULT_BATCH_TOKENS
+        cls, path: str | Path, device: str = "auto", batch_tokens: int | None = None
     ) -> Translator:
-        """Load a checkpoint onto ``device`` ("cpu", "cuda" or "auto") with its own decoding settings."""
+        """Load a checkpoint onto ``device`` ("cpu", "cuda" or "auto") with its own decoding settings;
+        ``batch_tokens`` defaults to its ``data.eval_max_tokens``, as in validation."""
         target = resolve_device(device)
         loaded = load_model(path, map_location=target)
+        batch_tokens = batch_tokens or loaded.data_config.eval_max_tokens
         return cls(loaded.model, loaded.tokenizer, loaded.decode_config, target, batch_tokens)
 
     def settings(self, beam: int | None = None, nbest: int | None = None) -> DecodeConfig:

@@ -132,7 +132,9 @@ class TranslationModule(pl.LightningModule):
         sources, references = self.trainer.datamodule.references("valid")
         if not sources:
             return
-        translator = Translator(self.eval_model, self.tokenizer, self.decode_cfg, self.device)
+        translator = Translator(
+            self.eval_model, self.tokenizer, self.decode_cfg, self.device, self.data_cfg.eval_max_tokens
+        )
         hypotheses = [best.text for best, *_ in translator.translate(sources)]
         self.val_samples = (sources, references, hypotheses)
         scores = score(hypotheses, references)

@@ -110,6 +110,11 @@ def train(cfg: DictConfig) -> dict[str, float]:
     decode_cfg = validated(DecodeConfig, cfg.decode, "decode")
     callbacks_cfg = validated(CallbacksConfig, cfg.callbacks, "callbacks")
     logger_cfg = validated(LoggerConfig, cfg.logger, "logger")
+    if decode_cfg.sampling:
+        raise ConfigError(
+            "decode.sampling=true would make val/bleu random; validation decodes deterministically "
+            "(sample at translate time: translate.py --sample)"
+        )
     if data_cfg.max_length + 2 > model_cfg.max_positions:
         raise ConfigError(
             f"data.max_length ({data_cfg.max_length}) + 2 exceeds "
