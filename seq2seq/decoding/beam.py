@@ -71,7 +71,9 @@ def _expand(scores: Tensor, logprobs: Tensor, beam_size: int) -> _Candidates:
     return _Candidates(top, flat // vocab, flat % vocab)
 
 
-def _add(finished: list[list[Hypothesis]], beams: _Beams, i: int, hypothesis: Hypothesis, nbest: int) -> None:
+def _record_finished(
+    finished: list[list[Hypothesis]], beams: _Beams, i: int, hypothesis: Hypothesis, nbest: int
+) -> None:
     """Record a finished hypothesis of active sentence ``i`` and update its n-best threshold."""
     hypotheses = finished[int(beams.rows[i])]
     hypotheses.append(hypothesis)
@@ -92,7 +94,7 @@ def _finish_eos(
     parents = cand.beams.tolist()
     for i, j in eos.nonzero().tolist():
         tokens = beams.tokens[i * live + parents[i][j]].tolist()
-        _add(finished, beams, i, Hypothesis(tokens, normalised[i][j]), cfg.nbest)
+        _record_finished(finished, beams, i, Hypothesis(tokens, normalised[i][j]), cfg.nbest)
 
 
 def _prune(beams: _Beams, cand: _Candidates, k: int, eos_id: int) -> tuple[_Beams, Tensor]:
@@ -116,7 +118,7 @@ def _finish_at_limit(finished: list[list[Hypothesis]], beams: _Beams, t: int, cf
         for j in range(k):
             if normalised[i][j] > float("-inf"):  # skip beams that never came alive
                 hypothesis = Hypothesis(beams.tokens[i * k + j].tolist(), normalised[i][j])
-                _add(finished, beams, i, hypothesis, cfg.nbest)
+                _record_finished(finished, beams, i, hypothesis, cfg.nbest)
     return at_limit
 
 
