@@ -23,6 +23,7 @@ import torch
 from tqdm import tqdm
 
 from seq2seq.config import DataConfig, DecodeConfig
+from seq2seq.hardware import AUTO, INFERENCE_DTYPES, resolve_dtype
 from seq2seq.inference.alignment import align, format_table, save_heatmap
 from seq2seq.inference.evaluation import evaluate, format_scores, read_pairs
 from seq2seq.inference.translator import Translation, Translator, resolve_device
@@ -91,6 +92,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-len", type=int, metavar="T", help="at most T output tokens (default: a*source+b)"
     )
     parser.add_argument("--device", choices=["cpu", "cuda", "auto"], default="auto", help="default: auto")
+    parser.add_argument(
+        "--dtype",
+        choices=[AUTO, *INFERENCE_DTYPES],
+        default=AUTO,
+        help="compute dtype (default: auto, chosen from the hardware like trainer.precision=auto)",
+    )
     parser.add_argument(
         "--batch-tokens",
         type=int,
@@ -223,7 +230,8 @@ def run(args: argparse.Namespace) -> int:
     loaded = load_model(args.ckpt, map_location=device)
     settings = decode_settings(loaded.decode_config, args)
     batch_tokens = args.batch_tokens or loaded.data_config.eval_max_tokens
-    translator = Translator(loaded.model, loaded.tokenizer, settings, device, batch_tokens)
+    dtype, _ = resolve_dtype(args.dtype, loaded.model.cfg, device.type)
+    translator = Translator(loaded.model, loaded.tokenizer, settings, device, batch_tokens, dtype)
     if args.seed is not None:
         torch.manual_seed(args.seed)
     if args.interactive:

@@ -23,6 +23,7 @@ from seq2seq.config import DataConfig, DecodeConfig
 from seq2seq.data.batching import pack, pad_ids
 from seq2seq.data.tokenizer import EOS_ID, TranslationTokenizer
 from seq2seq.decoding import Hypothesis, generate
+from seq2seq.hardware import AUTO, resolve_dtype
 from seq2seq.model import Transformer
 from seq2seq.training.checkpoint import load_model
 
@@ -75,8 +76,10 @@ class Translator:
         decode_cfg: DecodeConfig,
         device: str | torch.device = "cpu",
         batch_tokens: int = DEFAULT_BATCH_TOKENS,
+        dtype: torch.dtype = torch.float32,
     ) -> None:
         self.device = torch.device(device)
+        self.dtype = dtype  # bf16/fp16 run under autocast; the weights stay as they are
         self.model = model.to(self.device).eval()
         self.tokenizer = tokenizer
         self.decode_cfg = decode_cfg
@@ -85,14 +88,20 @@ class Translator:
 
     @classmethod
     def from_checkpoint(
-        cls, path: str | Path, device: str = "auto", batch_tokens: int | None = None
+        cls,
+        path: str | Path,
+        device: str = "auto",
+        batch_tokens: int | None = None,
+        dtype: str = AUTO,
     ) -> Translator:
         """Load a checkpoint onto ``device`` ("cpu", "cuda" or "auto") with its own decoding settings;
-        ``batch_tokens`` defaults to its ``data.eval_max_tokens``, as in validation."""
+        ``batch_tokens`` defaults to its ``data.eval_max_tokens``, as in validation; ``dtype`` is
+        "auto" (chosen from the hardware like the training precision) or a dtype name."""
         target = resolve_device(device)
         loaded = load_model(path, map_location=target)
         batch_tokens = batch_tokens or loaded.data_config.eval_max_tokens
-        return cls(loaded.model, loaded.tokenizer, loaded.decode_config, target, batch_tokens)
+        compute, _ = resolve_dtype(dtype, loaded.model.cfg, target.type)
+        return cls(loaded.model, loaded.tokenizer, loaded.decode_config, target, batch_tokens, compute)
 
     def settings(self, beam: int | None = None, nbest: int | None = None) -> DecodeConfig:
         """The decoding config with ``beam``/``nbest`` overridden (nbest is capped by a smaller beam)."""
@@ -119,7 +128,8 @@ class Translator:
 
     def search(self, sources: list[list[int]], cfg: DecodeConfig) -> list[list[Hypothesis]]:
         """Decode one batch of encoded sources (non-empty, from :meth:`encode`)."""
-        return generate(self.model, pad_ids(sources).to(self.device), cfg)
+        with torch.autocast(self.device.type, dtype=self.dtype, enabled=self.dtype != torch.float32):
+            return generate(self.model, pad_ids(sources).to(self.device), cfg)
 
     def _translate_chunk(self, texts: list[str], cfg: DecodeConfig) -> list[list[Translation]]:
         sources = self.encode(texts)

@@ -19,6 +19,7 @@ from torch import Tensor
 from seq2seq.config import DataConfig, DecodeConfig, ModelConfig, OptimConfig
 from seq2seq.data.batching import Batch
 from seq2seq.data.tokenizer import TranslationTokenizer
+from seq2seq.hardware import precision_dtype
 from seq2seq.inference.evaluation import score
 from seq2seq.inference.translator import Translator
 from seq2seq.model import Transformer
@@ -132,8 +133,14 @@ class TranslationModule(pl.LightningModule):
         sources, references = self.trainer.datamodule.references("valid")
         if not sources:
             return
+        dtype = precision_dtype(str(self.trainer.precision))  # decode as training computes
         translator = Translator(
-            self.eval_model, self.tokenizer, self.decode_cfg, self.device, self.data_cfg.eval_max_tokens
+            self.eval_model,
+            self.tokenizer,
+            self.decode_cfg,
+            self.device,
+            self.data_cfg.eval_max_tokens,
+            dtype,
         )
         hypotheses = [best.text for best, *_ in translator.translate(sources)]
         self.val_samples = (sources, references, hypotheses)

@@ -10,6 +10,7 @@ from pytorch_lightning.utilities import rank_zero_only
 from torch import Tensor
 
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, token_labels
+from seq2seq.hardware import describe
 
 
 def attention_figure(weights: Tensor, query_tokens: list[str], key_tokens: list[str], title: str) -> Figure:
@@ -37,8 +38,9 @@ class TensorBoardPanels(pl.Callback):
     @rank_zero_only
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         logger = self._logger(trainer)
-        if logger is not None:
-            logger.log_hyperparams(pl_module.hparams, {"hp/best_bleu": 0.0})
+        if logger is not None:  # the resolved precision and the machine, so a run can be reproduced
+            hparams = {**pl_module.hparams, "precision": str(trainer.precision), "hardware": describe()}
+            logger.log_hyperparams(hparams, {"hp/best_bleu": 0.0})
 
     @rank_zero_only
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

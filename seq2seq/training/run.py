@@ -30,6 +30,7 @@ from seq2seq.config import (
     validated,
 )
 from seq2seq.data.datamodule import TranslationDataModule
+from seq2seq.hardware import describe, resolve_precision
 from seq2seq.training.callbacks import AtomicCheckpointIO, InterruptBetweenBatches, SaveLast, ShuffleEachEpoch
 from seq2seq.training.module import TranslationModule
 from seq2seq.training.monitoring import TensorBoardPanels
@@ -62,6 +63,25 @@ def discard_unstarted_run(run_dir: Path) -> None:
     (a bad value, a missing corpus) leaves nothing behind; anything else in it is kept."""
     if run_dir.is_dir() and {path.name for path in run_dir.iterdir()} <= STARTUP_FILES:
         shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def device_type(accelerator: str) -> str:
+    """What Lightning will train on, for the precision rule: "cuda", "cpu" or the accelerator's name."""
+    if accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available()):
+        return "cuda"
+    return "cpu" if accelerator == "auto" else accelerator
+
+
+def settle_precision(cfg: DictConfig, model_cfg: ModelConfig) -> list[str]:
+    """Replace ``trainer.precision=auto`` by this machine's choice, so config.yaml and the hparams
+    hold a value that reproduces the run elsewhere; logs and returns the hardware and the reason."""
+    accelerator = str(cfg.trainer.get("accelerator", "auto"))
+    precision, reason = resolve_precision(cfg.trainer.precision, model_cfg, device_type(accelerator))
+    cfg.trainer.precision = precision
+    lines = [describe(), f"precision: {precision} ({reason})"]
+    for line in lines:
+        log.info("%s", line)
+    return lines
 
 
 def build_trainer(
@@ -124,7 +144,10 @@ def train(cfg: DictConfig) -> dict[str, float]:
         raise ConfigError(f"ckpt_path: no checkpoint at {cfg.ckpt_path}")
     run_dir = Path(cfg.output_dir)
     check_output_dir(run_dir)
-    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    header = settle_precision(cfg, model_cfg)
+    (run_dir / "config.yaml").write_text(
+        "".join(f"# {line}\n" for line in header) + OmegaConf.to_yaml(cfg, resolve=True)
+    )
     pl.seed_everything(cfg.seed, workers=True)
     if torch.cuda.is_available():
         torch.set_float32_matmul_precision("high")  # TF32 matmuls on Ampere+; no effect on CPU
