@@ -53,7 +53,7 @@ def resolve_device(name: str | torch.device) -> torch.device:
     return device
 
 
-def _one_line(text: str) -> str:
+def one_line(text: str) -> str:
     """Byte-level BPE can emit line breaks; one output line per input line needs them gone."""
     return text.replace("\r", " ").replace("\n", " ")
 
@@ -139,7 +139,7 @@ class Translator:
             hypotheses = self.search([sources[i] for i in rows], cfg)
             texts_out = iter(self.tokenizer.decode_target([h.tokens for hyps in hypotheses for h in hyps]))
             for i, hyps in zip(rows, hypotheses, strict=True):
-                results[i] = [Translation(_one_line(next(texts_out)), h.score) for h in hyps]
+                results[i] = [Translation(one_line(next(texts_out)), h.score) for h in hyps]
         return results
 
     def translate(

@@ -99,6 +99,8 @@ class LoadedModel:
     tokenizer: TranslationTokenizer
     decode_config: DecodeConfig
     data_config: DataConfig
+    global_step: int | None = None  # optimiser steps trained; None for a file not written by training
+    best_bleu: float | None = None  # the best validation BLEU when it was written
 
 
 def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
@@ -145,4 +147,11 @@ def load_model(path: str | Path, map_location: str | torch.device = "cpu") -> Lo
         raise CheckpointError(
             f"{path}: weights do not match its model config: {str(err).splitlines()[0]}"
         ) from err
-    return LoadedModel(model.to(map_location).eval(), tokenizer, decode_cfg, data_cfg)
+    return LoadedModel(
+        model.to(map_location).eval(),
+        tokenizer,
+        decode_cfg,
+        data_cfg,
+        checkpoint.get("global_step"),
+        meta.get("best_bleu"),
+    )
