@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 from compose import model_config
-from tiny import CORPUS, tiny_tokenizer
+from tiny import BLEU, CORPUS, STEP, tiny_tokenizer
 
 from seq2seq.config import DataConfig, DecodeConfig, ModelConfig
 from seq2seq.inference.cli import main
@@ -57,7 +57,12 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory, tiny_model_cfg: ModelCo
     path = tmp / "tiny.ckpt"
     state = {MODEL_PREFIX + name: tensor for name, tensor in model.state_dict().items()}
     save_atomically(
-        {"state_dict": state, "seq2seq": entry(tiny_model_cfg, decode_cfg, data_cfg, tokenizer)}, path
+        {
+            "state_dict": state,
+            "global_step": STEP,
+            "seq2seq": entry(tiny_model_cfg, decode_cfg, data_cfg, tokenizer, best_bleu=BLEU),
+        },
+        path,
     )
     return path
 

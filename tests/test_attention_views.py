@@ -7,7 +7,6 @@ import statistics
 
 import pytest
 import torch
-from checkpoints import write_tiny_checkpoint
 
 from seq2seq.data.tokenizer import BOS_ID, token_labels
 from seq2seq.inference.alignment import align, save_heatmap
@@ -20,11 +19,6 @@ from seq2seq.inference.attention_views import (
 )
 from seq2seq.inference.translator import Translator
 from seq2seq.training.monitoring import typical_sentence
-
-
-@pytest.fixture(scope="module")
-def translator(tmp_path_factory: pytest.TempPathFactory) -> Translator:
-    return Translator.from_checkpoint(write_tiny_checkpoint(tmp_path_factory.mktemp("views")), device="cpu")
 
 
 def test_sentence_attention_keeps_every_layer_and_head_of_the_model(translator: Translator) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from checkpoints import BLEU, STEP, write_tiny_checkpoint
+from tiny import BLEU, STEP
 
 from seq2seq.inference.translator import Translator
 
@@ -76,11 +76,6 @@ def stop(server: Server) -> None:
     if server.process.poll() is None:
         server.process.kill()
         server.process.wait()
-
-
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_tiny_checkpoint(tmp_path_factory.mktemp("serve_process"))
 
 
 @pytest.fixture(scope="module")

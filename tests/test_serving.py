@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from checkpoints import BLEU, STEP, write_tiny_checkpoint
 from fastapi.testclient import TestClient
+from tiny import BLEU, STEP
 
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID
 from seq2seq.inference.translator import Translator
@@ -25,17 +25,6 @@ from seq2seq.serving.service import Limits, TranslationService
 from seq2seq.training.checkpoint import load_model
 
 SENTENCES = ["How are you?", "I like coffee.", "Tom is here.", "Where is the station, please?", "Hi.", "   "]
-
-
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_tiny_checkpoint(tmp_path_factory.mktemp("serve"))
-
-
-@pytest.fixture(scope="module")
-def translator(checkpoint: Path) -> Translator:
-    """An independent Translator: the reference the server's answers must equal."""
-    return Translator.from_checkpoint(checkpoint, device="cpu")
 
 
 @contextmanager
@@ -228,11 +217,11 @@ def test_attention_returns_every_map_of_the_best_translation(client, translator)
     assert torch.all(decoder.triu(diagonal=1) == 0)  # causal: nothing attends to later tokens
 
 
-def test_info_health_and_metrics(client, checkpoint) -> None:
+def test_info_health_and_metrics(client, checkpoint, tiny_model_cfg) -> None:
     info = client.get("/info").json()
     assert (info["checkpoint"], info["step"], info["val_bleu"]) == (checkpoint.name, STEP, BLEU)
     assert info["parameters"] == sum(p.numel() for p in load_model(checkpoint).model.parameters())
-    assert info["model"]["n_heads"] == 4 and info["tgt_vocab_size"] == 300
+    assert info["model"]["n_heads"] == tiny_model_cfg.n_heads and info["tgt_vocab_size"] == 300
     assert client.get("/health").json() == {"status": "ok", "queue_depth": 0}
     client.post("/translate", json={"text": "Hi.", "beam": 99})
     text = client.get("/metrics").text

@@ -5,6 +5,7 @@ from pathlib import Path
 from seq2seq.data.tokenizer import TranslationTokenizer
 
 CORPUS = Path(__file__).parent / "fixtures" / "tiny.tsv"
+STEP, BLEU = 7, 12.34  # what the tiny checkpoint claims about its training, for /info and startup lines
 
 
 def tiny_tokenizer(vocab_size: int = 300) -> TranslationTokenizer:
