@@ -49,7 +49,9 @@ class Limits:
 class TranslationService:
     """The loaded model behind the batcher, with the checks and payloads of each route."""
 
-    def __init__(self, loaded: LoadedModel, checkpoint: str | Path, batcher: DynamicBatcher, limits: Limits):
+    def __init__(
+        self, loaded: LoadedModel, checkpoint: str | Path, batcher: DynamicBatcher, limits: Limits
+    ) -> None:
         self.loaded = loaded
         self.checkpoint = Path(checkpoint).name
         self.batcher = batcher
