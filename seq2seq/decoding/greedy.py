@@ -13,11 +13,11 @@ from torch import Tensor
 
 from seq2seq.config import DecodeConfig
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from seq2seq.decoding.sampling import pick_next_tokens
 from seq2seq.decoding.steps import (
     CachedSteps,
     FullSteps,
     Hypothesis,
-    choose,
     length_penalty,
     next_log_probs,
     output_limits,
@@ -43,7 +43,7 @@ def greedy_search(
     lengths = torch.zeros(batch, dtype=torch.long, device=device)
     tokens = torch.full((batch,), BOS_ID, dtype=torch.long, device=device)
     for t in range(out.size(1)):
-        tokens, token_logp = choose(next_log_probs(steps(tokens), t, cfg), cfg)
+        tokens, token_logp = pick_next_tokens(next_log_probs(steps(tokens), t, cfg), cfg)
         logp[rows] += token_logp
         out[rows, t] = tokens
         done = (tokens == EOS_ID) | (t + 1 >= limits[rows])
