@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from trained import train_tiny_checkpoint
 
 from seq2seq.config import DataConfig
 
@@ -24,3 +25,9 @@ def tiny_data_cfg(tmp_path: Path) -> DataConfig:
         num_workers=0,
         cache_dir=str(tmp_path / "cache"),
     )
+
+
+@pytest.fixture(scope="session")
+def trained_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A checkpoint of the tiny model trained on ``fixtures/tiny.tsv`` (see ``trained.py``)."""
+    return train_tiny_checkpoint(tmp_path_factory.mktemp("trained"))

@@ -8,6 +8,7 @@ import logging
 import random
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -365,3 +366,30 @@ def test_100k_lines_on_stdin_translate_in_bounded_memory(checkpoint: Path, tmp_p
     large = _peak_rss_translating(checkpoint, tmp_path, 100_000)
     print(f"peak RSS: 10k lines {small / 1024:.0f} MiB, 100k lines {large / 1024:.0f} MiB")
     assert large - small < 64 * 1024, (small, large)  # 10x the lines, (almost) the same peak
+
+
+def test_seeded_top_p_sampling_repeats_through_the_translator_and_the_cli(
+    checkpoint: Path, translator: Translator, capsys
+) -> None:
+    texts = ["How are you?", "I like coffee.", "Where is the station?", "Good morning."]
+    settings = replace(translator.settings(beam=1, nbest=1), sampling=True, temperature=1.5, top_p=0.9)
+    runs = {}
+    for seed in (5, 5, 6):
+        translator.seed(seed)
+        runs.setdefault(seed, []).append(best_texts(translator, texts, settings))
+    assert runs[5][0] == runs[5][1] != runs[6][0]
+    sampling = ["--sample", "--temperature", "1.5", "--top-p", "0.9", "--seed", "5"]
+    expected = "".join(f"{text}\n" for text in runs[5][0])  # not splitlines: random weights emit \x0c
+    for _ in range(2):
+        assert main(["--ckpt", str(checkpoint), "--device", "cpu", *sampling, *texts]) == 0
+        assert capsys.readouterr().out == expected
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [(["--sample", "--top-p", "0"], "--top-p must be in (0, 1]"), (["--top-p", "0.5"], "need --sample")],
+)
+def test_bad_top_p_is_a_usage_error(checkpoint: Path, capsys, argv: list[str], message: str) -> None:
+    code, lines, err = _run(capsys, "--ckpt", str(checkpoint), *argv, "Hi.")
+    assert code == 2 and lines == []
+    assert message in err and len(err.strip().splitlines()) == 1
