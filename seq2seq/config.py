@@ -139,6 +139,7 @@ class DecodeConfig:
     sampling: bool = False  # greedy only: draw each token from the softmax instead of taking the argmax
     temperature: float = 1.0  # sampling: softmax temperature (< 1 sharper, > 1 flatter)
     top_k: int = 0  # sampling: draw among the k likeliest tokens; 0 = the whole vocabulary
+    top_p: float = 1.0  # sampling: draw from the likeliest tokens holding this much probability; 1 = all
 
     def __post_init__(self) -> None:
         _positive("decode.beam_size", self.beam_size)
@@ -147,6 +148,8 @@ class DecodeConfig:
         for name in ("max_len_a", "max_len_b", "min_len", "top_k"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"decode.{name} must be >= 0, got {getattr(self, name)}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ConfigError(f"decode.top_p must be in (0, 1], got {self.top_p}")
         if self.sampling and self.beam_size > 1:
             raise ConfigError(f"decode.sampling needs decode.beam_size=1, got {self.beam_size}")
         if self.nbest > self.beam_size:

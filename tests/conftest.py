@@ -9,6 +9,7 @@ import pytest
 import torch
 from compose import model_config
 from tiny import BLEU, CORPUS, STEP, tiny_tokenizer
+from trained import train_tiny_checkpoint
 
 from seq2seq.config import DataConfig, DecodeConfig, ModelConfig
 from seq2seq.inference.cli import main
@@ -82,3 +83,9 @@ def run_cli(capsys: pytest.CaptureFixture) -> Callable[..., tuple[int, list[str]
         return code, captured.out.splitlines(), captured.err
 
     return run
+
+
+@pytest.fixture(scope="session")
+def trained_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A checkpoint of the tiny model trained on ``fixtures/tiny.tsv`` (see ``trained.py``)."""
+    return train_tiny_checkpoint(tmp_path_factory.mktemp("trained"))

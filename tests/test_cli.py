@@ -6,6 +6,7 @@ import io
 import random
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -20,8 +21,8 @@ from seq2seq.model import Transformer
 from seq2seq.training.checkpoint import MODEL_PREFIX
 
 
-def best_texts(translator: Translator, texts: list[str]) -> list[str]:
-    return [best.text for best, *_ in translator.translate(texts)]
+def best_texts(translator: Translator, texts: list[str], settings=None) -> list[str]:
+    return [best.text for best, *_ in translator.translate(texts, settings)]
 
 
 def test_sentences_on_the_command_line(checkpoint: Path, translator: Translator, run_cli) -> None:
@@ -216,3 +217,29 @@ def test_100k_lines_on_stdin_translate_in_bounded_memory(checkpoint: Path, tmp_p
     large = _peak_rss_translating(checkpoint, tmp_path, 100_000)
     print(f"peak RSS: 10k lines {small / 1024:.0f} MiB, 100k lines {large / 1024:.0f} MiB")
     assert large - small < 64 * 1024, (small, large)  # 10x the lines, (almost) the same peak
+
+
+def test_seeded_top_p_sampling_repeats_through_the_translator_and_the_cli(
+    checkpoint: Path, translator: Translator, run_cli
+) -> None:
+    texts = ["How are you?", "I like coffee.", "Where is the station?", "Good morning."]
+    settings = replace(translator.settings(beam=1, nbest=1), sampling=True, temperature=1.5, top_p=0.9)
+    runs = {}
+    for seed in (5, 5, 6):
+        translator.seed(seed)
+        runs.setdefault(seed, []).append(best_texts(translator, texts, settings))
+    assert runs[5][0] == runs[5][1] != runs[6][0]
+    sampling = ["--sample", "--temperature", "1.5", "--top-p", "0.9", "--seed", "5"]
+    for _ in range(2):
+        code, lines, _ = run_cli("--ckpt", str(checkpoint), "--device", "cpu", *sampling, *texts)
+        assert code == 0 and lines == "\n".join(runs[5][0]).splitlines()  # random weights may emit \x0c
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [(["--sample", "--top-p", "0"], "--top-p must be in (0, 1]"), (["--top-p", "0.5"], "need --sample")],
+)
+def test_bad_top_p_is_a_usage_error(checkpoint: Path, run_cli, argv: list[str], message: str) -> None:
+    code, lines, err = run_cli("--ckpt", str(checkpoint), *argv, "Hi.")
+    assert code == 2 and lines == []
+    assert message in err and len(err.strip().splitlines()) == 1

@@ -136,7 +136,8 @@ def test_min_length_is_respected(trained: Transformer, beam: int) -> None:
 def test_sampling_top1_is_greedy_and_seeded_sampling_repeats(untrained: Transformer) -> None:
     greedy = generate(untrained, _src(), DecodeConfig())
     _assert_same(generate(untrained, _src(), DecodeConfig(sampling=True, top_k=1)), greedy)
-    cfg = DecodeConfig(sampling=True, temperature=1.5)
+    _assert_same(generate(untrained, _src(), DecodeConfig(sampling=True, top_p=1e-6)), greedy)
+    cfg = DecodeConfig(sampling=True, temperature=1.5, top_p=0.9)
     torch.manual_seed(3)
     first = generate(untrained, _src(), cfg)
     torch.manual_seed(3)

@@ -12,11 +12,11 @@ import torch
 from torch import Tensor
 
 from seq2seq.config import DecodeConfig
+from seq2seq.decoding.sampling import pick_next_tokens
 from seq2seq.decoding.steps import (
     CachedSteps,
     FullSteps,
     Hypothesis,
-    choose,
     length_penalty,
     next_log_probs,
     output_limits,
@@ -42,7 +42,7 @@ def greedy_search(
     lengths = torch.zeros(batch, dtype=torch.long, device=device)
     tokens = torch.full((batch,), model.bos_id, dtype=torch.long, device=device)
     for t in range(out.size(1)):
-        tokens, token_logp = choose(next_log_probs(steps(tokens), t, cfg, model.special_ids), cfg)
+        tokens, token_logp = pick_next_tokens(next_log_probs(steps(tokens), t, cfg, model.special_ids), cfg)
         logp[rows] += token_logp
         out[rows, t] = tokens
         done = (tokens == model.eos_id) | (t + 1 >= limits[rows])

@@ -87,17 +87,3 @@ def next_log_probs(logits: Tensor, step: int, cfg: DecodeConfig, special: Specia
     banned = [special.pad, special.bos] if step >= cfg.min_len else [special.pad, special.bos, special.eos]
     logprobs[:, banned] = float("-inf")
     return logprobs
-
-
-def choose(logprobs: Tensor, cfg: DecodeConfig) -> tuple[Tensor, Tensor]:
-    """Argmax, or a draw from the tempered (top-k) distribution when sampling; (N, V) -> tokens and
-    their log-probabilities, each (N,)."""
-    if not cfg.sampling:
-        values, tokens = logprobs.max(dim=-1)
-        return tokens, values
-    scaled = logprobs / cfg.temperature
-    if 0 < cfg.top_k < scaled.size(-1):
-        kth = scaled.topk(cfg.top_k, dim=-1).values[:, -1:]  # (N, 1)
-        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
-    tokens = torch.multinomial(scaled.softmax(dim=-1), 1)  # (N, 1)
-    return tokens.squeeze(1), logprobs.gather(1, tokens).squeeze(1)

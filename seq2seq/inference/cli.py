@@ -1,4 +1,4 @@
-"""Command line behind ``translate.py``: argparse, modes and error handling around :class:`Translator`.
+"""Command line behind ``translate.py``: argparse, modes and error handling around a translator.
 
 Expected failures (missing or corrupt checkpoint, no GPU, bad arguments, bad data) print one
 line on stderr and return a non-zero code; ``--output`` is written to a temporary file that is
@@ -19,14 +19,19 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TextIO
 
-import torch
 from tqdm import tqdm
 
 from seq2seq.config import DataConfig, DecodeConfig
 from seq2seq.hardware import AUTO, INFERENCE_DTYPES, resolve_dtype
 from seq2seq.inference.alignment import align, format_table, save_heatmap
 from seq2seq.inference.evaluation import evaluate, format_scores, read_pairs
-from seq2seq.inference.translator import Translation, Translator, resolve_device
+from seq2seq.inference.translator import (
+    DEFAULT_BATCH_TOKENS,
+    Translation,
+    Translator,
+    TranslatorBase,
+    resolve_device,
+)
 from seq2seq.training.checkpoint import CheckpointError, load_model
 
 PROG = "translate.py"
@@ -38,6 +43,7 @@ EXAMPLES = f"""examples:
   python {PROG} --ckpt model.ckpt --eval test           (BLEU/chrF on the checkpoint corpus's test split)
   python {PROG} --ckpt model.ckpt --eval pairs.tsv      (columns in the training corpus's order)
   python {PROG} --ckpt model.ckpt --interactive
+  python {PROG} --model exported/ "How are you?"   (a model exported with python -m seq2seq.export)
 
 Blank input lines give blank output lines; bytes that are not UTF-8 are read as U+FFFD; inputs
 longer than the model's max positions are truncated (one warning on stderr). Errors (missing,
@@ -65,7 +71,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "sentences", nargs="*", help="sentences to translate; without any, stdin is read line by line"
     )
-    parser.add_argument("--ckpt", required=True, metavar="PATH", help="checkpoint written by train.py")
+    model = parser.add_mutually_exclusive_group(required=True)
+    model.add_argument("--ckpt", metavar="PATH", help="checkpoint written by train.py")
+    model.add_argument(
+        "--model", metavar="DIR", help="CTranslate2 export written by python -m seq2seq.export"
+    )
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument(
         "--interactive", "-i", action="store_true", help="prompt for sentences until EOF (Ctrl-D)"
@@ -83,6 +93,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--temperature", type=float, metavar="T", help="sampling temperature (with --sample)")
     parser.add_argument(
         "--top-k", type=int, metavar="K", help="sample among the K likeliest tokens (with --sample)"
+    )
+    parser.add_argument(
+        "--top-p",
+        type=float,
+        metavar="P",
+        help="sample among the likeliest tokens that hold probability P, 0 < P <= 1 (with --sample)",
     )
     parser.add_argument("--seed", type=int, metavar="N", help="random seed for --sample")
     parser.add_argument(
@@ -121,9 +137,14 @@ def _check(args: argparse.Namespace) -> None:
         value = getattr(args, name)
         if value is not None and value < (0 if name == "top_k" else 1):
             raise UsageError(f"--{name.replace('_', '-')} must be positive, got {value}")
-    if (args.temperature is not None or args.top_k is not None or args.seed is not None) and not args.sample:
-        raise UsageError("--temperature, --top-k and --seed need --sample")
+    if args.top_p is not None and not 0.0 < args.top_p <= 1.0:
+        raise UsageError(f"--top-p must be in (0, 1], got {args.top_p}")
+    sampling_only = (args.temperature, args.top_k, args.top_p, args.seed)
+    if any(value is not None for value in sampling_only) and not args.sample:
+        raise UsageError("--temperature, --top-k, --top-p and --seed need --sample")
     visual = args.show_attention or args.attention_png
+    if visual and args.model:
+        raise UsageError("--show-attention/--attention-png need --ckpt: an exported model shows no attention")
     if visual and (args.eval or not (args.sentences or args.interactive)):
         raise UsageError(
             "--show-attention/--attention-png need sentences on the command line or --interactive"
@@ -142,7 +163,9 @@ def decode_settings(cfg: DecodeConfig, args: argparse.Namespace) -> DecodeConfig
     if args.beam:
         changes["beam_size"] = args.beam
     if args.sample:
-        changes.update(sampling=True, temperature=args.temperature or 1.0, top_k=args.top_k or 0)
+        changes.update(
+            sampling=True, temperature=args.temperature or 1.0, top_k=args.top_k or 0, top_p=args.top_p or 1.0
+        )
     if args.max_len:
         changes.update(max_len_a=0.0, max_len_b=args.max_len)
     return replace(cfg, **changes)
@@ -194,7 +217,7 @@ def _eval_set(spec: str, data_cfg: DataConfig) -> tuple[list[str], list[list[str
 
 
 def _translate_lines(
-    translator: Translator, lines: Iterable[str], with_scores: bool, out: TextIO, progress: bool = False
+    translator: TranslatorBase, lines: Iterable[str], with_scores: bool, out: TextIO, progress: bool = False
 ) -> None:
     results = translator.translate(lines)
     for index, translations in enumerate(tqdm(results, unit=" lines", file=sys.stderr, disable=not progress)):
@@ -210,7 +233,7 @@ def _show_attention(translator: Translator, sentence: str, args: argparse.Namesp
         save_heatmap(alignment, args.attention_png)
 
 
-def _interactive(translator: Translator, args: argparse.Namespace) -> None:
+def _interactive(translator: TranslatorBase, args: argparse.Namespace) -> None:
     prompt = "> " if sys.stdin.isatty() else ""  # piped input gets clean output
     while True:
         try:
@@ -222,23 +245,38 @@ def _interactive(translator: Translator, args: argparse.Namespace) -> None:
             _show_attention(translator, line, args, sys.stdout)
 
 
+def _load(args: argparse.Namespace) -> tuple[TranslatorBase, DataConfig]:
+    """The backend ``--ckpt`` or ``--model`` names, with the decoding overrides, and its data config."""
+    if args.model:
+        from seq2seq.inference.ct2_translator import CT2Translator  # ctranslate2 loads only when used
+
+        exported = CT2Translator(args.model, args.device, args.batch_tokens or DEFAULT_BATCH_TOKENS)
+        translator, data_config = exported, exported.data_config
+    else:
+        device = resolve_device(args.device)
+        loaded = load_model(args.ckpt, map_location=device)
+        batch_tokens = args.batch_tokens or loaded.data_config.eval_max_tokens
+        dtype, _ = resolve_dtype(args.dtype, loaded.model.cfg, device.type)
+        translator: TranslatorBase = Translator(
+            loaded.model, loaded.tokenizer, loaded.decode_config, device, batch_tokens, dtype
+        )
+        data_config = loaded.data_config
+    translator.decode_cfg = decode_settings(translator.decode_cfg, args)
+    return translator, data_config
+
+
 def run(args: argparse.Namespace) -> int:
     _check(args)
     if isinstance(sys.stdin, io.TextIOWrapper):  # bytes that are not UTF-8 become U+FFFD, not a crash
         sys.stdin.reconfigure(errors="replace")
-    device = resolve_device(args.device)
-    loaded = load_model(args.ckpt, map_location=device)
-    settings = decode_settings(loaded.decode_config, args)
-    batch_tokens = args.batch_tokens or loaded.data_config.eval_max_tokens
-    dtype, _ = resolve_dtype(args.dtype, loaded.model.cfg, device.type)
-    translator = Translator(loaded.model, loaded.tokenizer, settings, device, batch_tokens, dtype)
+    translator, data_config = _load(args)
     if args.seed is not None:
-        torch.manual_seed(args.seed)
+        translator.seed(args.seed)
     if args.interactive:
         _interactive(translator, args)
         return 0
     if args.eval:
-        sources, references = _eval_set(args.eval, loaded.data_config)
+        sources, references = _eval_set(args.eval, data_config)
         evaluation = evaluate(translator, sources, references)
         if args.output:
             with _output(args.output) as out:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from sacrebleu.metrics import BLEU, CHRF
 
 if TYPE_CHECKING:
-    from seq2seq.inference.translator import Translator
+    from seq2seq.inference.translator import TranslatorBase
 
 LENGTH_BUCKETS = ((1, 5), (6, 10), (11, 15), (16, 20), (21, 30), (31, None))  # source words, inclusive
 
@@ -81,7 +81,7 @@ class Evaluation:
     scores: dict[str, Any]
 
 
-def evaluate(translator: Translator, sources: list[str], references: list[list[str]]) -> Evaluation:
+def evaluate(translator: TranslatorBase, sources: list[str], references: list[list[str]]) -> Evaluation:
     """Translate ``sources`` with the translator's settings and score them against all references."""
     hypotheses = [best.text for best, *_ in translator.translate(sources)]
     return Evaluation(hypotheses, score(hypotheses, references, sources))

@@ -1,16 +1,21 @@
 """Strings in, translations out: the one path shared by the CLI, evaluation and validation.
 
 Inputs are stripped, tokenized and given EOS, sorted by length into token-budget batches,
-decoded with :func:`seq2seq.decoding.generate`, and returned in input order. Streams are
-read in chunks of :data:`CHUNK_LINES` lines, so a huge file never sits in memory. Empty and
-whitespace-only inputs translate to "" and line breaks in outputs become spaces, so outputs
-stay aligned with inputs line for line. An input longer than the model's positional table
-is cut to fit, with a warning the first time.
+decoded by a backend, and returned in input order. Streams are read in chunks of
+:data:`CHUNK_LINES` lines, so a huge file never sits in memory. Empty and whitespace-only
+inputs translate to "" and line breaks in outputs become spaces, so outputs stay aligned with
+inputs line for line. An input longer than the model's positional table is cut to fit, with a
+warning the first time.
+
+:class:`TranslatorBase` is that text side, shared by every backend. :class:`Translator` decodes
+with the PyTorch model through :func:`seq2seq.decoding.generate`;
+:class:`seq2seq.inference.ct2_translator.CT2Translator` with a model exported to CTranslate2.
 """
 
 from __future__ import annotations
 
 import logging
+from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from itertools import islice
@@ -29,9 +34,7 @@ from seq2seq.training.checkpoint import load_model
 
 log = logging.getLogger(__name__)
 
-# Padded source tokens per batch (beam search decodes beam_size rows for each); validation decodes
-# with data.eval_max_tokens, and this is its default.
-DEFAULT_BATCH_TOKENS = DataConfig.eval_max_tokens
+DEFAULT_BATCH_TOKENS = DataConfig.eval_max_tokens  # padded source tokens per batch, as in validation
 CHUNK_LINES = 10_000  # lines read, sorted and decoded together when streaming
 
 
@@ -66,42 +69,32 @@ def token_budget_batches(sources: list[list[int]], batch_tokens: int) -> list[np
     return pack(non_empty[np.argsort(lengths[non_empty], kind="stable")], lengths, batch_tokens)
 
 
-class Translator:
-    """A model, its tokenizer and decoding settings, ready to turn strings into translations."""
+class TranslatorBase(ABC):
+    """The text side of translation, shared by every backend: clean, truncate, batch, decode, reorder.
+
+    A backend implements :meth:`search` (encoded sources in, hypotheses out) and :meth:`seed`.
+    """
 
     def __init__(
         self,
-        model: Transformer,
         tokenizer: TranslationTokenizer,
         decode_cfg: DecodeConfig,
-        device: str | torch.device = "cpu",
+        max_positions: int,
         batch_tokens: int = DEFAULT_BATCH_TOKENS,
-        dtype: torch.dtype = torch.float32,
     ) -> None:
-        self.device = torch.device(device)
-        self.dtype = dtype  # bf16/fp16 run under autocast; the weights stay as they are
-        self.model = model.to(self.device).eval()
         self.tokenizer = tokenizer
         self.decode_cfg = decode_cfg
+        self.max_positions = max_positions
         self.batch_tokens = batch_tokens
         self._warned_truncation = False
 
-    @classmethod
-    def from_checkpoint(
-        cls,
-        path: str | Path,
-        device: str = "auto",
-        batch_tokens: int | None = None,
-        dtype: str = AUTO,
-    ) -> Translator:
-        """Load a checkpoint onto ``device`` ("cpu", "cuda" or "auto") with its own decoding settings;
-        ``batch_tokens`` defaults to its ``data.eval_max_tokens``, as in validation; ``dtype`` is
-        "auto" (chosen from the hardware like the training precision) or a dtype name."""
-        target = resolve_device(device)
-        loaded = load_model(path, map_location=target)
-        batch_tokens = batch_tokens or loaded.data_config.eval_max_tokens
-        compute, _ = resolve_dtype(dtype, loaded.model.cfg, target.type)
-        return cls(loaded.model, loaded.tokenizer, loaded.decode_config, target, batch_tokens, compute)
+    @abstractmethod
+    def search(self, sources: list[list[int]], cfg: DecodeConfig) -> list[list[Hypothesis]]:
+        """Decode one batch of encoded sources (non-empty, from :meth:`encode`)."""
+
+    @abstractmethod
+    def seed(self, seed: int) -> None:
+        """Seed the random draws of sampling, so that a run can be repeated."""
 
     def settings(self, beam: int | None = None, nbest: int | None = None) -> DecodeConfig:
         """The decoding config with ``beam``/``nbest`` overridden (nbest is capped by a smaller beam)."""
@@ -115,7 +108,7 @@ class Translator:
         """Source ids + EOS per text, cut to the model's max positions; [] for a blank text."""
         # Lone surrogates (undecodable bytes read with surrogateescape) cannot reach the tokenizer.
         stripped = [text.encode("utf-8", "replace").decode("utf-8").strip() for text in texts]
-        limit = self.model.cfg.max_positions - 1  # room for EOS
+        limit = self.max_positions - 1  # room for EOS
         encoded = []
         for ids in self.tokenizer.encode_source(stripped):
             if len(ids) > limit and not self._warned_truncation:
@@ -125,11 +118,6 @@ class Translator:
                 self._warned_truncation = True
             encoded.append([*ids[:limit], EOS_ID] if ids else [])
         return encoded
-
-    def search(self, sources: list[list[int]], cfg: DecodeConfig) -> list[list[Hypothesis]]:
-        """Decode one batch of encoded sources (non-empty, from :meth:`encode`)."""
-        with torch.autocast(self.device.type, dtype=self.dtype, enabled=self.dtype != torch.float32):
-            return generate(self.model, pad_ids(sources).to(self.device), cfg)
 
     def _translate_chunk(self, texts: list[str], cfg: DecodeConfig) -> list[list[Translation]]:
         sources = self.encode(texts)
@@ -154,3 +142,46 @@ class Translator:
         iterator = iter(texts)
         while chunk := list(islice(iterator, CHUNK_LINES)):
             yield from self._translate_chunk(chunk, cfg)
+
+
+class Translator(TranslatorBase):
+    """A PyTorch model, its tokenizer and decoding settings, ready to turn strings into translations."""
+
+    def __init__(
+        self,
+        model: Transformer,
+        tokenizer: TranslationTokenizer,
+        decode_cfg: DecodeConfig,
+        device: str | torch.device = "cpu",
+        batch_tokens: int = DEFAULT_BATCH_TOKENS,
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
+        super().__init__(tokenizer, decode_cfg, model.cfg.max_positions, batch_tokens)
+        self.device = torch.device(device)
+        self.dtype = dtype  # bf16/fp16 run under autocast; the weights stay as they are
+        self.model = model.to(self.device).eval()
+
+    @classmethod
+    def from_checkpoint(
+        cls,
+        path: str | Path,
+        device: str = "auto",
+        batch_tokens: int | None = None,
+        dtype: str = AUTO,
+    ) -> Translator:
+        """Load a checkpoint onto ``device`` ("cpu", "cuda" or "auto") with its own decoding settings;
+        ``batch_tokens`` defaults to its ``data.eval_max_tokens``, as in validation; ``dtype`` is
+        "auto" (chosen from the hardware like the training precision) or a dtype name."""
+        target = resolve_device(device)
+        loaded = load_model(path, map_location=target)
+        batch_tokens = batch_tokens or loaded.data_config.eval_max_tokens
+        compute, _ = resolve_dtype(dtype, loaded.model.cfg, target.type)
+        return cls(loaded.model, loaded.tokenizer, loaded.decode_config, target, batch_tokens, compute)
+
+    def search(self, sources: list[list[int]], cfg: DecodeConfig) -> list[list[Hypothesis]]:
+        """Decode one batch of encoded sources (non-empty, from :meth:`encode`)."""
+        with torch.autocast(self.device.type, dtype=self.dtype, enabled=self.dtype != torch.float32):
+            return generate(self.model, pad_ids(sources).to(self.device), cfg)
+
+    def seed(self, seed: int) -> None:
+        torch.manual_seed(seed)

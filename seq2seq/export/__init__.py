@@ -1,0 +1,1 @@
+"""Export a trained checkpoint to an inference engine (CTranslate2): ``python -m seq2seq.export``."""

@@ -1,0 +1,120 @@
+"""What an exported model directory holds besides the inference engine's own files.
+
+An export is self-contained like a checkpoint: next to CTranslate2's ``model.bin``,
+``config.json`` and vocabulary files, it keeps the project's tokenizer (``tokenizer.json``,
+or one file per side) and ``seq2seq.json`` with the model, decoding and data configs, so
+translating with it needs nothing else, and ``--eval test`` can rebuild the test split.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from seq2seq.config import DataConfig, DecodeConfig, ModelConfig
+from seq2seq.data.tokenizer import TranslationTokenizer
+from seq2seq.training.checkpoint import LoadedModel
+
+METADATA_FILE = "seq2seq.json"
+FORMAT = "seq2seq/ctranslate2"  # what seq2seq.json says it describes
+VERSION = 1
+
+
+class ExportError(ValueError):
+    """An export cannot be written or read; the message is one line that names the cause."""
+
+
+@dataclass
+class ExportedModel:
+    """The configs and tokenizer of an export; the weights stay with the engine."""
+
+    directory: Path
+    model_config: ModelConfig
+    decode_config: DecodeConfig
+    data_config: DataConfig
+    tokenizer: TranslationTokenizer
+    quantization: str  # the weight type the export was written with
+
+
+def save_bundle(directory: Path, loaded: LoadedModel, quantization: str, source: str) -> None:
+    """Write the tokenizer and ``seq2seq.json`` of ``loaded`` (exported from ``source``) to ``directory``."""
+    loaded.tokenizer.save(directory)
+    metadata = {
+        "format": FORMAT,
+        "version": VERSION,
+        "quantization": quantization,
+        "source": source,
+        "model_config": asdict(loaded.model.cfg),
+        "decode_config": asdict(loaded.decode_config),
+        "data_config": asdict(loaded.data_config),
+    }
+    (directory / METADATA_FILE).write_text(json.dumps(metadata, indent=2) + "\n", encoding="utf-8")
+
+
+def is_export(directory: Path) -> bool:
+    """Whether ``directory`` holds a seq2seq export (and may be replaced by a new one)."""
+    return (directory / METADATA_FILE).is_file()
+
+
+def check_output_dir(out_dir: Path, force: bool) -> None:
+    """Refuse to write over anything but an earlier export, and over that only when forced."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ExportError(f"{out_dir} exists and is not a directory")
+    if out_dir.is_dir() and any(out_dir.iterdir()):
+        if not is_export(out_dir):
+            raise ExportError(
+                f"{out_dir} holds files that are not a seq2seq export; choose another directory"
+            )
+        if not force:
+            raise ExportError(f"{out_dir} already holds an export; pass --force to replace it")
+
+
+@contextlib.contextmanager
+def staged_directory(out_dir: Path) -> Iterator[Path]:
+    """A new directory beside ``out_dir`` that takes its place only if the block succeeds.
+
+    A failure (or Ctrl-C) midway leaves ``out_dir`` as it was and no partial directory behind.
+    """
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    stage = out_dir.with_name(f".{out_dir.name}.partial-{os.getpid()}")
+    old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
+    stage.mkdir()
+    try:
+        yield stage
+        if out_dir.exists():
+            os.replace(out_dir, old)
+        os.replace(stage, out_dir)
+    finally:
+        for leftover in (stage, old):
+            shutil.rmtree(leftover, ignore_errors=True)
+
+
+def load_bundle(directory: str | Path) -> ExportedModel:
+    """Read the configs and tokenizer of an export; every failure is an :class:`ExportError`."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise ExportError(f"exported model not found: {directory} is not a directory")
+    if not is_export(directory):
+        raise ExportError(
+            f"{directory} is not a seq2seq export (no {METADATA_FILE}; see python -m seq2seq.export)"
+        )
+    try:
+        metadata = json.loads((directory / METADATA_FILE).read_text(encoding="utf-8"))
+        if metadata.get("format") != FORMAT or metadata.get("version") != VERSION:
+            raise ValueError(f"format {metadata.get('format')!r} version {metadata.get('version')!r}")
+        return ExportedModel(
+            directory,
+            ModelConfig(**metadata["model_config"]),
+            DecodeConfig(**metadata["decode_config"]),
+            DataConfig(**metadata["data_config"]),
+            TranslationTokenizer.load(directory),
+            metadata["quantization"],
+        )
+    except Exception as err:  # bad JSON, another version, a missing tokenizer file: all mean "unusable"
+        message = str(err).splitlines()[0] if str(err) else ""
+        raise ExportError(f"{directory}: unusable export ({type(err).__name__}: {message})") from err

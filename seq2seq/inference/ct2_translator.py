@@ -1,0 +1,126 @@
+"""Translate with a model exported to CTranslate2 (``python -m seq2seq.export``) as :class:`Translator` does.
+
+Same tokenizer, text handling, batching and output (:class:`TranslatorBase`); only :meth:`search`
+differs. Our decoding settings map onto ``ctranslate2.Translator.translate_batch`` like this:
+
+- beam size, min length (CTranslate2's own default is 1, ours 0), temperature, top-k and top-p map
+  one to one; CTranslate2 filters top-k, temperature, then top-p, as :mod:`seq2seq.decoding.sampling`.
+  Without sampling, ``sampling_topk=1`` takes the argmax; with it, 0 means the whole vocabulary.
+- PAD and BOS are suppressed, as :func:`seq2seq.decoding.steps.next_log_probs` bans them.
+- The maximum length a·src+b is per sentence while CTranslate2 takes one per call, so each batch is
+  decoded in groups of equal limit.
+- Scores: CTranslate2 returns the summed log-probability of the tokens (EOS included when it asked
+  for the end token), which is divided here by our GNMT penalty with the length counted as ours.
+  Its own penalty, len^alpha, is switched off for greedy search; for beam search it is 1e-12, not 0,
+  because 0 turns on an early exit that stops a sentence at its first finished hypothesis, while
+  ours collects beam-size finished hypotheses first. len^1e-12 changes a score by under 1e-10.
+- Sampling draws from CTranslate2's own generator: seeded with :meth:`CT2Translator.seed`, a run
+  repeats, but the draws differ from PyTorch's for the same seed.
+"""
+
+from __future__ import annotations
+
+from itertools import groupby
+from pathlib import Path
+
+import ctranslate2
+
+from seq2seq.config import DecodeConfig
+from seq2seq.data.batching import pad_ids
+from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS
+from seq2seq.decoding.steps import Hypothesis, length_penalty, output_limits
+from seq2seq.export.bundle import ExportError, load_bundle
+from seq2seq.inference.translator import DEFAULT_BATCH_TOKENS, TranslatorBase
+
+BEAM_LENGTH_PENALTY = 1e-12  # see the module docstring: nonzero, yet leaves the scores as they are
+
+
+def resolve_ct2_device(name: str) -> str:
+    """ "auto" -> "cuda" when CTranslate2 sees a GPU, else "cpu"; an unavailable GPU is an error."""
+    gpus = ctranslate2.get_cuda_device_count()
+    if name == "auto":
+        return "cuda" if gpus else "cpu"
+    if name == "cuda" and not gpus:
+        raise ValueError("device 'cuda' requested but CTranslate2 sees no CUDA GPU; use 'cpu' or 'auto'")
+    return name
+
+
+class CT2Translator(TranslatorBase):
+    """An exported model in a ``ctranslate2.Translator``, with the project's tokenizer and settings."""
+
+    def __init__(
+        self,
+        directory: str | Path,
+        device: str = "auto",
+        batch_tokens: int = DEFAULT_BATCH_TOKENS,
+        compute_type: str = "default",
+        threads: int = 0,
+    ) -> None:
+        """``compute_type`` "default" computes in the exported weight type where the device supports
+        it; ``threads`` 0 lets CTranslate2 choose."""
+        bundle = load_bundle(directory)
+        super().__init__(
+            bundle.tokenizer, bundle.decode_config, bundle.model_config.max_positions, batch_tokens
+        )
+        self.data_config = bundle.data_config  # so that --eval can rebuild the test split
+        self.device = resolve_ct2_device(device)
+        self._engine_args = {"device": self.device, "compute_type": compute_type, "intra_threads": threads}
+        self.directory = Path(directory)
+        self.engine = self._load_engine()
+        tokenizer = bundle.tokenizer
+        self._source_tokens = [tokenizer.src.id_to_token(i) for i in range(tokenizer.src_vocab_size)]
+        self._target_ids = {tokenizer.tgt.id_to_token(i): i for i in range(tokenizer.tgt_vocab_size)}
+
+    def _load_engine(self) -> ctranslate2.Translator:
+        try:
+            return ctranslate2.Translator(str(self.directory), **self._engine_args)
+        except (RuntimeError, ValueError) as err:  # a missing or damaged model.bin, an unknown type
+            raise ExportError(
+                f"{self.directory}: CTranslate2 cannot load it: {str(err).splitlines()[0]}"
+            ) from err
+
+    def seed(self, seed: int) -> None:
+        """Seed sampling. CTranslate2 seeds a worker thread's generator when the thread starts, so the
+        engine is loaded again (milliseconds for a model this size) to start from the new seed."""
+        ctranslate2.set_random_seed(seed)
+        self.engine = self._load_engine()
+
+    def search(self, sources: list[list[int]], cfg: DecodeConfig) -> list[list[Hypothesis]]:
+        """Decode one batch of encoded sources (non-empty, from :meth:`encode`)."""
+        limits = output_limits(pad_ids(sources), cfg, self.max_positions).tolist()
+        options = self._options(cfg)
+        results: list[list[Hypothesis]] = [[] for _ in sources]
+        for limit, rows in groupby(sorted(range(len(sources)), key=limits.__getitem__), limits.__getitem__):
+            rows = list(rows)
+            batch = [[self._source_tokens[i] for i in sources[row]] for row in rows]
+            outputs = self.engine.translate_batch(batch, max_decoding_length=limit, **options)
+            for row, output in zip(rows, outputs, strict=True):
+                results[row] = self._hypotheses(output, cfg)
+        return results
+
+    def _options(self, cfg: DecodeConfig) -> dict:
+        """``translate_batch`` keyword arguments for ``cfg`` (see the module docstring)."""
+        vocab = len(self._target_ids)
+        return {
+            "beam_size": cfg.beam_size,
+            "num_hypotheses": cfg.beam_size,  # every finished one: the GNMT ranking happens here
+            "length_penalty": BEAM_LENGTH_PENALTY if cfg.beam_size > 1 else 0.0,
+            "min_decoding_length": cfg.min_len,
+            "suppress_sequences": [[SPECIAL_TOKENS[PAD_ID]], [SPECIAL_TOKENS[BOS_ID]]],
+            "return_scores": True,
+            "return_end_token": True,
+            "max_input_length": 0,  # inputs are already cut to the model's positions
+            "sampling_topk": (cfg.top_k if 0 < cfg.top_k < vocab else 0) if cfg.sampling else 1,
+            "sampling_topp": cfg.top_p if cfg.sampling else 1.0,
+            "sampling_temperature": cfg.temperature if cfg.sampling else 1.0,
+        }
+
+    def _hypotheses(self, output: ctranslate2.TranslationResult, cfg: DecodeConfig) -> list[Hypothesis]:
+        """CTranslate2's hypotheses as ours: ids without EOS, GNMT-normalised scores, best first."""
+        hypotheses = []
+        for tokens, score in zip(output.hypotheses, output.scores, strict=True):
+            ids = [self._target_ids[token] for token in tokens]
+            normalised = score / length_penalty(len(ids), cfg.length_penalty)  # length counts EOS, as ours
+            hypotheses.append(Hypothesis(ids[:-1] if ids and ids[-1] == EOS_ID else ids, normalised))
+        hypotheses.sort(key=lambda h: h.score, reverse=True)
+        return hypotheses[: cfg.nbest]
