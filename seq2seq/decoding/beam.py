@@ -140,7 +140,7 @@ def beam_search(model: Transformer, src: Tensor, cfg: DecodeConfig) -> list[list
     steps = CachedSteps(model, memory, src_mask)
     beams = _Beams(  # one live beam per sentence until the first step branches it into K
         rows=torch.arange(batch, device=device),
-        limits=output_limits(src, cfg, model),
+        limits=output_limits(src, cfg, model.cfg.max_positions, model.pad_id),
         scores=torch.zeros(batch, 1, device=device),
         tokens=torch.empty(batch, 0, dtype=torch.long, device=device),
         n_finished=torch.zeros(batch, dtype=torch.long, device=device),

@@ -34,7 +34,7 @@ def greedy_search(
     """
     memory, src_mask = model.encode(src)
     steps = (CachedSteps if cached else FullSteps)(model, memory, src_mask)
-    limits = output_limits(src, cfg, model)  # (B,)
+    limits = output_limits(src, cfg, model.cfg.max_positions, model.pad_id)  # (B,)
     batch, device = src.size(0), src.device
     rows = torch.arange(batch, device=device)  # original sentence of each active row
     out = torch.full((batch, int(limits.max())), model.pad_id, dtype=torch.long, device=device)

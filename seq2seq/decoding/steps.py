@@ -29,13 +29,13 @@ def length_penalty(length: Tensor | int, alpha: float) -> Tensor | float:
     return ((5 + length) / 6) ** alpha
 
 
-def output_limits(src: Tensor, cfg: DecodeConfig, model: Transformer) -> Tensor:
+def output_limits(src: Tensor, cfg: DecodeConfig, max_positions: int, pad_id: int) -> Tensor:
     """Most tokens each sentence may emit: a·src_len + b, within [1, max_positions]. src: (B, S) -> (B,).
 
     src_len counts the real (non-pad) source tokens, EOS included.
     """
-    src_len = (src != model.pad_id).sum(dim=1)
-    return (cfg.max_len_a * src_len + cfg.max_len_b).long().clamp(1, model.cfg.max_positions)
+    src_len = (src != pad_id).sum(dim=1)
+    return (cfg.max_len_a * src_len + cfg.max_len_b).long().clamp(1, max_positions)
 
 
 class CachedSteps:
