@@ -17,6 +17,10 @@ from seq2seq.data.tokenizer import BOS_ID, EOS_ID, SPECIAL_TOKENS, token_labels
 from seq2seq.inference.translator import Translator
 
 
+class AlignmentError(ValueError):
+    """A sentence has no alignment to show."""
+
+
 @dataclass
 class Alignment:
     """Subword labels of both sides and the (target, source) attention weights between them."""
@@ -30,7 +34,7 @@ def align(translator: Translator, text: str) -> Alignment:
     """Translate ``text`` with the translator's settings and return the best hypothesis's alignment."""
     source = translator.encode([text])[0]
     if not source:
-        raise ValueError("cannot show the attention of an empty sentence")
+        raise AlignmentError("cannot show the attention of an empty sentence")
     best = translator.search([source], translator.settings(nbest=1))[0][0]
     target_ids = [BOS_ID, *best.tokens]
     device = translator.device
