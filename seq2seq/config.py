@@ -17,6 +17,10 @@ class ConfigError(ValueError):
     """A configuration value is invalid; the message names the key."""
 
 
+class DataError(ValueError):
+    """The corpus or an evaluation set cannot be used; the message says which file and why."""
+
+
 def _positive(name: str, value: int | float) -> None:
     if value <= 0:
         raise ConfigError(f"{name} must be > 0, got {value}")

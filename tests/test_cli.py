@@ -91,13 +91,35 @@ def test_attention_table_and_heatmap(checkpoint: Path, tmp_path: Path, run_cli) 
         (["--ckpt", "{ckpt}", "--no-such-flag"], 2, "unrecognized arguments"),
         (["--ckpt", "{ckpt}", "--greedy", "--nbest", "2", "Hi."], 1, "decode.nbest"),
         (["--ckpt", "{ckpt}", "--eval", "nowhere.tsv"], 1, "nowhere.tsv"),
+        (["--ckpt", "{ckpt}", "--eval", "{root}/tests/fixtures/broken.tsv"], 1, "codec can't decode"),
+        (["--ckpt", "{ckpt}", "-o", "{tmp}/no/such/dir/out.txt", "Hi."], 1, "No such file or directory"),
     ],
 )
-def test_errors_are_one_line_without_traceback(checkpoint: Path, run_cli, argv, code, message) -> None:
-    argv = [arg.replace("{ckpt}", str(checkpoint)) for arg in argv]
+def test_errors_are_one_line_without_traceback(
+    checkpoint: Path, tmp_path: Path, run_cli, argv, code, message
+) -> None:
+    places = {"{ckpt}": str(checkpoint), "{tmp}": str(tmp_path), "{root}": str(ROOT)}
+    for place, value in places.items():
+        argv = [arg.replace(place, value) for arg in argv]
     returned, lines, err = run_cli(*argv)
     assert returned == code
     assert lines == []
+    assert len(err.strip().splitlines()) == 1 and message in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--show-attention", " "], "cannot show the attention of an empty sentence"),
+        (["--attention-png", "{tmp}/no/such/dir/att.png", "Hi."], "No such file or directory"),
+    ],
+)
+def test_attention_errors_are_one_line_after_the_translation(
+    checkpoint: Path, tmp_path: Path, run_cli, argv, message
+) -> None:
+    argv = [arg.replace("{tmp}", str(tmp_path)) for arg in argv]
+    code, lines, err = run_cli("--ckpt", str(checkpoint), "--device", "cpu", *argv)
+    assert code == 1 and len(lines) == 1
     assert len(err.strip().splitlines()) == 1 and message in err
 
 
@@ -111,15 +133,24 @@ def test_corrupt_checkpoint_and_missing_gpu(tmp_path: Path, checkpoint: Path, ru
         assert code == 1 and "no CUDA GPU" in err and len(err.splitlines()) == 1
 
 
-def test_failure_leaves_no_partial_output(checkpoint: Path, tmp_path: Path, run_cli, monkeypatch) -> None:
+@pytest.mark.parametrize("error", [OSError("disk full"), ValueError("a bug")], ids=["write", "bug"])
+def test_failure_leaves_no_partial_output(
+    checkpoint: Path, tmp_path: Path, run_cli, monkeypatch, error: Exception
+) -> None:
+    """A failed write is one line; a bug is not dressed up as a user error. Neither leaves a file."""
+
     def fail_midway(self, texts, settings=None):
         yield [translate_module.Translation("partial", 0.0)]
-        raise OSError("disk gone")
+        raise error
 
     monkeypatch.setattr(Translator, "translate", fail_midway)
-    output = tmp_path / "out.txt"
-    code, _, err = run_cli("--ckpt", str(checkpoint), "--device", "cpu", "-o", str(output), "Hi.", "Go.")
-    assert code == 1 and "disk gone" in err
+    argv = ["--ckpt", str(checkpoint), "--device", "cpu", "-o", str(tmp_path / "out.txt"), "Hi.", "Go."]
+    if isinstance(error, OSError):
+        code, _, err = run_cli(*argv)
+        assert code == 1 and err.strip() == "translate.py: error: disk full"
+    else:
+        with pytest.raises(ValueError, match="a bug"):
+            run_cli(*argv)
     assert list(tmp_path.iterdir()) == []
 
 

@@ -82,9 +82,9 @@ def _split_to_multiple(batches: list[np.ndarray], world_size: int) -> list[np.nd
 class TokenBudgetBatchSampler(Sampler[list[int]]):
     """Yields lists of dataset indices whose padded size stays within ``max_tokens``.
 
-    Call ``set_epoch`` each epoch (Lightning does) for a fresh deterministic
-    shuffle; ``skip_batches`` drops the first batches of the next pass, for resuming
-    mid-epoch. With ``world_size > 1`` ranks get disjoint, equally many batches.
+    ``set_epoch`` picks the epoch's deterministic shuffle and ``skip_batches`` drops the first
+    batches of the next pass; in training, :class:`seq2seq.data.resume.BatchOrder` calls both.
+    With ``world_size > 1`` ranks get disjoint, equally many batches.
     """
 
     def __init__(
@@ -114,7 +114,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         self.epoch = epoch
 
     def skip_batches(self, n: int) -> None:
-        """Start this rank's iterations of the current epoch at batch ``n`` (mid-epoch resume)."""
+        """Start this rank's next pass over the current epoch at batch ``n``; another epoch drops it."""
         self._skip = (self.epoch, n)
 
     def _pending_skip(self) -> int:

@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 from datasets.table import MemoryMappedTable
 
-from seq2seq.config import DataConfig
+from seq2seq.config import DataConfig, DataError
 from seq2seq.data.cache import build_into_place, digest
 
 log = logging.getLogger("seq2seq.data")
@@ -36,10 +36,6 @@ _FEATURES = datasets.Features({"src": datasets.Value("string"), "tgt": datasets.
 _SUFFIXES = (".tsv", ".txt", ".csv", ".jsonl")
 _BATCH = 10_000  # rows per Arrow batch when writing the corpus or scanning a column
 _PAIRS_FILE = "pairs.arrow"
-
-
-class DataError(ValueError):
-    """The corpus cannot be used; the message says which file and why."""
 
 
 def resolve_path(path: str) -> Path:

@@ -23,6 +23,7 @@ from seq2seq.config import DataConfig
 from seq2seq.data import corpus
 from seq2seq.data.batching import TokenBudgetBatchSampler, collate, pair_lengths
 from seq2seq.data.cache import build_into_place, digest
+from seq2seq.data.resume import BatchOrder
 from seq2seq.data.tokenizer import TranslationTokenizer, config_key
 
 log = logging.getLogger("seq2seq.data")
@@ -150,25 +151,10 @@ class TranslationDataModule(pl.LightningDataModule):
         return TokenBudgetBatchSampler(lengths, max_tokens, shuffle, self.seed, rank, world_size)
 
     def train_dataloader(self) -> DataLoader:
-        """Shuffled token-budget batches; the sampler's ``set_epoch`` reshuffles each epoch."""
+        """Shuffled token-budget batches, in the order :class:`~seq2seq.data.resume.BatchOrder` sets."""
         sampler = self._sampler("train", self.cfg.max_tokens, shuffle=True)
-        trainer = self.trainer
-        if trainer is not None and trainer.fit_loop.restarting:
-            self._continue_interrupted_epoch(sampler, trainer)
+        BatchOrder.continue_interrupted_epoch(sampler, self.trainer)
         return self._loader("train", sampler)
-
-    @staticmethod
-    def _continue_interrupted_epoch(sampler: TokenBudgetBatchSampler, trainer: pl.Trainer) -> None:
-        """After a resume, start at the first batch the checkpointed run had not trained on.
-
-        Lightning reuses the iterator it creates right after this call, so the epoch and the
-        skip must be set here; a checkpoint taken on an epoch's last batch starts the next epoch.
-        """
-        epoch, done = trainer.current_epoch, trainer.fit_loop.epoch_loop.batch_progress.current.processed
-        if done >= len(sampler):
-            epoch, done = epoch + 1, 0
-        sampler.set_epoch(epoch)
-        sampler.skip_batches(done)
 
     def val_dataloader(self) -> DataLoader:
         return self._loader("valid", self._sampler("valid", self.cfg.eval_max_tokens, shuffle=False))

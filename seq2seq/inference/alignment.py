@@ -16,6 +16,10 @@ from seq2seq.inference.attention_views import AttentionKind, heatmap_figure, tra
 from seq2seq.inference.translator import Translator
 
 
+class AlignmentError(ValueError):
+    """A sentence has no alignment to show."""
+
+
 @dataclass
 class Alignment:
     """Subword labels of both sides and the (target, source) attention weights between them."""
@@ -27,6 +31,8 @@ class Alignment:
 
 def align(translator: Translator, text: str) -> Alignment:
     """Translate ``text`` with the translator's settings and return the best hypothesis's alignment."""
+    if not text.strip():
+        raise AlignmentError("cannot show the attention of an empty sentence")
     _, attention = translate_with_attention(translator, text, translator.settings(nbest=1))
     weights = attention.maps[AttentionKind.CROSS][-1].mean(dim=0)  # last layer (H, T, S) -> (T, S)
     return Alignment(attention.source, attention.output, weights)

@@ -46,13 +46,17 @@ class Translation:
     score: float
 
 
+class DeviceError(ValueError):
+    """The requested device is not available."""
+
+
 def resolve_device(name: str | torch.device) -> torch.device:
     """ "auto" -> the GPU when there is one, else the CPU; an unavailable GPU is an error, not a fallback."""
     if str(name) == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     device = torch.device(name)
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {name!r} requested but no CUDA GPU is available; use 'cpu' or 'auto'")
+        raise DeviceError(f"device {name!r} requested but no CUDA GPU is available; use 'cpu' or 'auto'")
     return device
 
 

@@ -97,16 +97,3 @@ class InterruptBetweenBatches(pl.Callback):
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._restore()
-
-
-class ShuffleEachEpoch(pl.Callback):
-    """Tell the batch sampler the epoch number before each epoch's iterator is created.
-
-    Lightning only calls ``set_epoch`` on ``loader.sampler`` and ``loader.batch_sampler.sampler``,
-    never on a custom ``batch_sampler`` itself, so without this every epoch repeats one order.
-    """
-
-    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        sampler = getattr(trainer.train_dataloader, "batch_sampler", None)
-        if hasattr(sampler, "set_epoch"):
-            sampler.set_epoch(trainer.current_epoch)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import shutil
-import warnings
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -30,8 +29,9 @@ from seq2seq.config import (
     validated,
 )
 from seq2seq.data.datamodule import TranslationDataModule
+from seq2seq.data.resume import BatchOrder
 from seq2seq.hardware import describe, resolve_precision
-from seq2seq.training.callbacks import AtomicCheckpointIO, InterruptBetweenBatches, SaveLast, ShuffleEachEpoch
+from seq2seq.training.callbacks import AtomicCheckpointIO, InterruptBetweenBatches, SaveLast
 from seq2seq.training.module import TranslationModule
 from seq2seq.training.monitoring import TensorBoardPanels
 
@@ -39,7 +39,6 @@ log = logging.getLogger(__name__)
 
 MIN_FREE_BYTES = 200 * 2**20  # refuse to start with less free disk than a few checkpoints need
 STARTUP_FILES = {".hydra", "train.log", "config.yaml", "tokenizer.json"}  # Hydra's and ours, before training
-RESUME_WARNING = "You're resuming from a checkpoint that ended before the epoch ended"
 
 
 def check_output_dir(path: Path) -> None:
@@ -93,7 +92,7 @@ def build_trainer(
         ModelCheckpoint(dirpath=ckpt_dir, filename="best", monitor="val/bleu", mode="max", save_top_k=1),
         SaveLast(ckpt_dir, callbacks_cfg.checkpoint_every_n_steps),
         InterruptBetweenBatches(),
-        ShuffleEachEpoch(),
+        BatchOrder(),
     ]
     if callbacks_cfg.early_stopping_patience:
         callbacks.append(
@@ -172,9 +171,5 @@ def train(cfg: DictConfig) -> dict[str, float]:
     if cfg.compile:
         module.model.compile()  # in place, so checkpoint keys stay unchanged
     trainer = build_trainer(cfg, callbacks_cfg, logger_cfg, run_dir)
-    with warnings.catch_warnings():
-        # The batch sampler continues an interrupted epoch itself (TranslationDataModule.
-        # _continue_interrupted_epoch, tested in tests/test_faults.py); Lightning cannot see that.
-        warnings.filterwarnings("ignore", message=RESUME_WARNING)
-        trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.ckpt_path)
+    trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.ckpt_path)
     return {name: float(value) for name, value in trainer.callback_metrics.items()}
