@@ -18,9 +18,7 @@ from seq2seq.model import Transformer
 from seq2seq.training.checkpoint import MODEL_PREFIX, entry, save_atomically
 
 
-@pytest.fixture
-def tiny_data_cfg(tmp_path: Path) -> DataConfig:
-    """DataConfig for ``fixtures/tiny.tsv`` (300 pairs) with its cache under ``tmp_path``."""
+def _tiny_data(cache_dir: Path) -> DataConfig:
     return DataConfig(
         path=str(CORPUS),
         valid_size=12,
@@ -29,8 +27,14 @@ def tiny_data_cfg(tmp_path: Path) -> DataConfig:
         max_tokens=512,
         eval_max_tokens=1024,
         num_workers=0,
-        cache_dir=str(tmp_path / "cache"),
+        cache_dir=str(cache_dir),
     )
+
+
+@pytest.fixture
+def tiny_data_cfg(tmp_path: Path) -> DataConfig:
+    """DataConfig for ``fixtures/tiny.tsv`` (300 pairs) with its cache under ``tmp_path``."""
+    return _tiny_data(tmp_path / "cache")
 
 
 @pytest.fixture(scope="session")
@@ -46,25 +50,11 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory, tiny_model_cfg: ModelCo
     tokenizer = tiny_tokenizer()
     torch.manual_seed(0)
     model = Transformer(tiny_model_cfg, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size)
-    data_cfg = DataConfig(
-        path=str(CORPUS),
-        valid_size=12,
-        test_size=12,
-        vocab_size=300,
-        max_tokens=512,
-        cache_dir=str(tmp / "cache"),
-    )
     decode_cfg = DecodeConfig(beam_size=2, max_len_a=1.0, max_len_b=4, min_len=1)  # min_len: never ""
+    meta = entry(tiny_model_cfg, decode_cfg, _tiny_data(tmp / "cache"), tokenizer, best_bleu=BLEU)
     path = tmp / "tiny.ckpt"
     state = {MODEL_PREFIX + name: tensor for name, tensor in model.state_dict().items()}
-    save_atomically(
-        {
-            "state_dict": state,
-            "global_step": STEP,
-            "seq2seq": entry(tiny_model_cfg, decode_cfg, data_cfg, tokenizer, best_bleu=BLEU),
-        },
-        path,
-    )
+    save_atomically({"state_dict": state, "global_step": STEP, "seq2seq": meta}, path)
     return path
 
 
