@@ -245,11 +245,12 @@ def _load(args: argparse.Namespace) -> tuple[TranslatorBase, DataConfig]:
         from seq2seq.inference.ct2_translator import CT2Translator  # ctranslate2 loads only when used
 
         exported = CT2Translator(args.model, args.device, args.batch_tokens)
-        translator, data_config = exported, exported.data_config
+        translator: TranslatorBase = exported
+        data_config = exported.data_config
     else:
         device = resolve_device(args.device)
         loaded = load_model(args.ckpt, map_location=device)
-        translator: TranslatorBase = Translator(
+        translator = Translator(
             loaded.model, loaded.tokenizer, loaded.decode_config, device, args.batch_tokens
         )
         data_config = loaded.data_config
