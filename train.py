@@ -6,8 +6,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from seq2seq.config import ConfigError
-from seq2seq.data.corpus import DataError
+from seq2seq.config import ConfigError, DataError
 from seq2seq.training.checkpoint import CheckpointError
 from seq2seq.training.module import NonFiniteLossError
 from seq2seq.training.run import discard_unstarted_run, train

@@ -31,11 +31,12 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
+from omegaconf import OmegaConf
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from seq2seq.config import DataConfig, DecodeConfig, ModelConfig  # noqa: E402
+from seq2seq.config import DataConfig, DecodeConfig, ModelConfig, validated  # noqa: E402
 from seq2seq.data import corpus  # noqa: E402
 from seq2seq.data.batching import pad_ids  # noqa: E402
 from seq2seq.data.tokenizer import EOS_ID, PAD_ID, TranslationTokenizer  # noqa: E402
@@ -47,12 +48,14 @@ from seq2seq.model import Transformer  # noqa: E402
 from seq2seq.training.checkpoint import LoadedModel, load_model  # noqa: E402
 
 CORPUS = ROOT / "data" / "spa-eng" / "spa.txt.gz"
-SIZES = {  # (model config, vocabulary size)
-    "tiny": (ModelConfig(d_model=64, n_heads=4, n_encoder_layers=2, n_decoder_layers=2, d_ff=256), 2000),
-    "small": (ModelConfig(d_model=256, n_heads=4, n_encoder_layers=3, n_decoder_layers=3, d_ff=1024), 8000),
-}
+VOCAB = {"tiny": 2000, "small": 8000}  # model size (configs/model/<size>.yaml) -> vocabulary size
 LENGTHS = (16, 32, 64, 128)
 QUANTIZATIONS = ("float32", "int8")  # CTranslate2 exports timed against ours and Marian
+
+
+def model_config(name: str) -> ModelConfig:
+    """The sizes of ``configs/model/<name>.yaml``, validated as training validates them."""
+    return validated(ModelConfig, OmegaConf.load(ROOT / "configs" / "model" / f"{name}.yaml"), "model")
 
 
 def read_pairs(count: int) -> tuple[list[str], list[str]]:
@@ -241,7 +244,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--size", choices=sorted(SIZES), default="small")
+    parser.add_argument("--size", choices=sorted(VOCAB), default="small")
     parser.add_argument("--reps", type=int, default=3, help="timed repetitions per measurement")
     parser.add_argument("--batch", type=int, default=64, help="sentences per batch in (a) and (b)")
     parser.add_argument("--marian-len", type=int, default=32, help="forced output length in (b)")
@@ -254,13 +257,12 @@ def main() -> None:
         torch.set_num_threads(args.threads)
 
     torch.manual_seed(0)
-    cfg, vocab = SIZES[args.size]
-    cfg = replace(cfg, dropout=0.0)
+    cfg, vocab = replace(model_config(args.size), dropout=0.0), VOCAB[args.size]
     distinct = list(dict.fromkeys(read_pairs(3 * args.sentences)[0]))  # the corpus is sorted by length:
     sources = distinct[:: max(1, len(distinct) // args.sentences)][: args.sentences]  # keep the spread
     tokenizer = TranslationTokenizer.train(*read_pairs(40_000), vocab, shared=True)
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
-    model = Transformer(cfg, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, PAD_ID).eval().to(dtype)
+    model = Transformer(cfg, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size).eval().to(dtype)
     step = len(sources) // args.batch
     batch_sources = [sources[i * step] for i in range(args.batch)]
     src = pad_ids([[*ids, EOS_ID] for ids in tokenizer.encode_source(batch_sources)])

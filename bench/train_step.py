@@ -36,7 +36,7 @@ from torch import Tensor, nn
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.decode import median_times, read_pairs  # noqa: E402
+from bench.decode import median_times, model_config, read_pairs  # noqa: E402
 from seq2seq.config import ModelConfig  # noqa: E402
 from seq2seq.data.batching import Batch, collate, pad_ids  # noqa: E402
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, TranslationTokenizer  # noqa: E402
@@ -45,10 +45,7 @@ from seq2seq.model.transformer import sinusoidal_table  # noqa: E402
 from seq2seq.training.loss import label_smoothed_loss  # noqa: E402
 
 VOCAB = 8000
-SIZES = {
-    "small": ModelConfig(d_model=256, n_heads=4, n_encoder_layers=3, n_decoder_layers=3, d_ff=1024),
-    "base": ModelConfig(d_model=512, n_heads=8, n_encoder_layers=6, n_decoder_layers=6, d_ff=2048),
-}
+SIZES = ("small", "base")  # configs/model/<size>.yaml
 
 
 class TorchTransformer(nn.Module):
@@ -92,7 +89,7 @@ class TorchTransformer(nn.Module):
 
 def ours_loss(logits: Tensor, target: Tensor) -> Tensor:
     """What the Lightning module computes: smoothed loss (and the NLL it logs) in one pass."""
-    loss_sum, _, n_tokens = label_smoothed_loss(logits, target, 0.1)
+    loss_sum, _, n_tokens = label_smoothed_loss(logits, target, 0.1, PAD_ID)
     return loss_sum / n_tokens
 
 
@@ -184,9 +181,9 @@ def bench_size(
     name: str, args: argparse.Namespace, data: tuple, dtype: torch.dtype
 ) -> list[tuple[str, float, float]]:
     tokenizer, sources, targets = data
-    cfg = SIZES[name]
+    cfg = model_config(name)
     torch.manual_seed(0)
-    ours, peer = Transformer(cfg, VOCAB, VOCAB, PAD_ID), TorchTransformer(cfg, VOCAB)
+    ours, peer = Transformer(cfg, VOCAB, VOCAB), TorchTransformer(cfg, VOCAB)
     batches = real_batches(tokenizer, sources, targets, args.max_tokens, args.batches)
     tokens = sum(int((b.src != PAD_ID).sum() + (b.tgt_out != PAD_ID).sum()) for b in batches)
     flops = sum(model_flops(cfg, ours, b) for b in batches)

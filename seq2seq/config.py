@@ -17,6 +17,10 @@ class ConfigError(ValueError):
     """A configuration value is invalid; the message names the key."""
 
 
+class DataError(ValueError):
+    """The corpus or an evaluation set cannot be used; the message says which file and why."""
+
+
 def _positive(name: str, value: int | float) -> None:
     if value <= 0:
         raise ConfigError(f"{name} must be > 0, got {value}")
@@ -25,6 +29,20 @@ def _positive(name: str, value: int | float) -> None:
 def _probability(name: str, value: float) -> None:
     if not 0.0 <= value < 1.0:
         raise ConfigError(f"{name} must be in [0, 1), got {value}")
+
+
+@dataclass(frozen=True)
+class SpecialIds:
+    """Ids of the special tokens. The tokenizer gives its special tokens these ids; the model and
+    decoding read them from the model, so decoding never needs the data stage."""
+
+    pad: int = 0
+    bos: int = 1
+    eos: int = 2
+    unk: int = 3
+
+
+SPECIAL_IDS = SpecialIds()
 
 
 @dataclass
@@ -76,7 +94,7 @@ class DataConfig:
     vocab_size: int = 8000  # subword vocabulary size (per side when not shared)
     shared_vocab: bool = True  # one tokenizer for both languages
     max_tokens: int = 4096  # token budget of one training batch (padded tokens)
-    eval_max_tokens: int = 8192  # token budget of one evaluation batch
+    eval_max_tokens: int = 4096  # token budget of evaluation batches (loss and decoding) and of translate.py
     num_workers: int = 1  # dataloader worker processes
     cache_dir: str = "~/.cache/seq2seq"  # cleaned corpus, tokenizers and encodings
 

@@ -1,9 +1,11 @@
-"""Compose the real Hydra config exactly as ``train.py`` does, for the tests."""
+"""The real Hydra config composed exactly as ``train.py`` does it, and shipped config files, for tests."""
 
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
+
+from seq2seq.config import ModelConfig, validated
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -18,3 +20,8 @@ def tiny_run(run_dir: Path, cache_dir: Path, *overrides: str) -> DictConfig:
     return compose_train(
         "experiment=tiny", f"output_dir={run_dir}", f"data.cache_dir={cache_dir}", *overrides
     )
+
+
+def model_config(name: str) -> ModelConfig:
+    """The sizes of ``configs/model/<name>.yaml``, validated like training validates them."""
+    return validated(ModelConfig, OmegaConf.load(ROOT / "configs" / "model" / f"{name}.yaml"), "model")

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import numpy as np
 import pytest
 import torch
 
-from seq2seq.data.batching import TokenBudgetBatchSampler, collate, pair_lengths
+from seq2seq.data.batching import TokenBudgetBatchSampler, collate, pack, pair_lengths
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 MAX_TOKENS = 256
@@ -92,6 +94,16 @@ def test_epoch_is_read_at_the_first_batch_not_at_iter(lengths: np.ndarray) -> No
     iterator = iter(sampler)  # Lightning may create the iterator before calling set_epoch
     sampler.set_epoch(7)
     assert list(iterator) == expected
+
+
+def test_packing_fills_each_batch_as_far_as_the_budget_allows() -> None:
+    lengths = np.random.default_rng(3).integers(1, 90, size=500)  # some longer than the budget of 64
+    order = np.argsort(lengths, kind="stable")
+    batches = pack(order, lengths, 64)
+    assert np.array_equal(np.concatenate(batches), order)  # in order, each index once
+    assert all(len(batch) == 1 or len(batch) * lengths[batch].max() <= 64 for batch in batches)
+    for batch, following in pairwise(batches):
+        assert (len(batch) + 1) * lengths[following[0]] > 64  # the next one did not fit
 
 
 def test_too_long_example_is_rejected() -> None:

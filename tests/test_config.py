@@ -1,5 +1,7 @@
 """Bad configuration fails at compose/validation time with the offending key's name."""
 
+from dataclasses import replace
+
 import pytest
 from compose import compose_train
 from hydra.errors import ConfigCompositionException
@@ -71,5 +73,11 @@ def test_unknown_key_in_a_yaml_file_names_the_key():
 def test_every_shipped_model_config_builds(name):
     cfg = compose_train(f"model={name}")
     model_cfg = validated(ModelConfig, cfg.model, "model")
-    model = Transformer(model_cfg, 8000, 8000, 0)
+    model = Transformer(model_cfg, 8000, 8000)
     assert sum(p.numel() for p in model.parameters()) > 0
+
+
+def test_beam_is_greedy_with_a_wider_beam():
+    greedy = validated(DecodeConfig, compose_train("decode=greedy").decode, "decode")
+    beam = validated(DecodeConfig, compose_train("decode=beam").decode, "decode")
+    assert beam == replace(greedy, beam_size=5)

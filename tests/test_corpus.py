@@ -10,8 +10,8 @@ from pathlib import Path
 import datasets
 import pytest
 
-from seq2seq.config import DataConfig
-from seq2seq.data.corpus import DataError, load_corpus, references, resolve_path, split_corpus
+from seq2seq.config import DataConfig, DataError
+from seq2seq.data.corpus import load_corpus, references, resolve_path, split_corpus
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

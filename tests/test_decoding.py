@@ -23,16 +23,15 @@ def _target(source: list[int]) -> list[int]:
     return source[::-1]
 
 
-def _model(seed: int) -> Transformer:
+def _model(cfg: ModelConfig, seed: int) -> Transformer:
     torch.manual_seed(seed)
-    cfg = ModelConfig(d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=2, d_ff=64, dropout=0.0)
-    return Transformer(cfg, VOCAB, VOCAB, PAD_ID)
+    return Transformer(cfg, VOCAB, VOCAB)
 
 
 @pytest.fixture(scope="module")
-def trained() -> Transformer:
+def trained(tiny_model_cfg: ModelConfig) -> Transformer:
     """A tiny model taught to reverse a handful of id sequences (40 steps, a few seconds on CPU)."""
-    model = _model(0)
+    model = _model(tiny_model_cfg, 0)
     src = pad_ids([[*s, EOS_ID] for s in SOURCES])
     tgt_in = pad_ids([[BOS_ID, *_target(s)] for s in SOURCES])
     tgt_out = pad_ids([[*_target(s), EOS_ID] for s in SOURCES])
@@ -47,9 +46,9 @@ def trained() -> Transformer:
 
 
 @pytest.fixture(scope="module")
-def untrained() -> Transformer:
+def untrained(tiny_model_cfg: ModelConfig) -> Transformer:
     """Random weights: outputs rarely end early, so they run into the length limits."""
-    return _model(1).eval()
+    return _model(tiny_model_cfg, 1).eval()
 
 
 def _src() -> torch.Tensor:

@@ -7,18 +7,19 @@ from pathlib import Path
 import ctranslate2
 import pytest
 import torch
+from compose import model_config
+from tiny import CORPUS, tiny_tokenizer
 from torch import nn
-from trained import CORPUS, TINY
 
 from seq2seq.config import DataConfig, DecodeConfig, ModelConfig
-from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, TranslationTokenizer
+from seq2seq.data.tokenizer import BOS_ID, EOS_ID, TranslationTokenizer
 from seq2seq.export.__main__ import main as export_main
 from seq2seq.export.bundle import ExportError
 from seq2seq.export.to_ctranslate2 import build_spec, export_checkpoint
 from seq2seq.inference.ct2_translator import CT2Translator
 from seq2seq.inference.translator import Translator
 from seq2seq.model import Transformer
-from seq2seq.training.checkpoint import inference_state, load_model
+from seq2seq.training.checkpoint import MODEL_PREFIX, entry, load_model
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +39,12 @@ def held_out(trained_ckpt: Path) -> tuple[list[str], list[list[str]]]:
     return valid[0] + test[0], valid[1] + test[1]
 
 
+TINY = model_config("tiny")
+
+
 def _tokenizer(shared: bool) -> TranslationTokenizer:
+    if shared:
+        return tiny_tokenizer()
     pairs = [line.split("\t") for line in CORPUS.read_text(encoding="utf-8").splitlines()]
     return TranslationTokenizer.train((s for s, _ in pairs), (t for _, t in pairs), 300, shared)
 
@@ -46,10 +52,10 @@ def _tokenizer(shared: bool) -> TranslationTokenizer:
 def _save(directory: Path, model: Transformer, tokenizer: TranslationTokenizer) -> Path:
     """``model`` as training would save it, its weights under ``model.``."""
     data_cfg = DataConfig(path=str(CORPUS), vocab_size=300, cache_dir=str(directory / "cache"))
-    state = {f"model.{name}": tensor for name, tensor in model.state_dict().items()}
+    state = {MODEL_PREFIX + name: tensor for name, tensor in model.state_dict().items()}
     path = directory / "model.ckpt"
     torch.save(
-        {"state_dict": state, "seq2seq": inference_state(model.cfg, DecodeConfig(), data_cfg, tokenizer)},
+        {"state_dict": state, "seq2seq": entry(model.cfg, DecodeConfig(), data_cfg, tokenizer)},
         path,
     )
     return path
@@ -92,7 +98,7 @@ def test_float32_export_reproduces_the_log_probabilities(variant: str, tmp_path:
     tokenizer = _tokenizer(shared)
     torch.manual_seed(0)
     cfg = ModelConfig(**{**vars(TINY), **overrides})
-    model = Transformer(cfg, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, PAD_ID).eval()
+    model = Transformer(cfg, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size).eval()
     with torch.no_grad():  # non-trivial norms, biases and positions, so a misplaced one shows
         for module in model.modules():
             if isinstance(module, nn.LayerNorm):
@@ -158,7 +164,7 @@ def test_seeded_sampling_repeats(exported: dict[str, Path]) -> None:
 
 def test_a_weight_the_spec_has_no_place_for_is_named() -> None:
     tokenizer = _tokenizer(True)
-    model = Transformer(TINY, 300, 300, PAD_ID)
+    model = Transformer(TINY, 300, 300)
     model.decoder_layers[1].register_parameter("gate", nn.Parameter(torch.ones(32)))
     with pytest.raises(ExportError, match=r"no place for these weights: decoder_layers\.1\.gate$"):
         build_spec(model, tokenizer)

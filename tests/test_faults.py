@@ -14,8 +14,7 @@ import pytorch_lightning as pl
 import torch
 from compose import ROOT, tiny_run
 
-from seq2seq.config import ConfigError
-from seq2seq.data.corpus import DataError
+from seq2seq.config import ConfigError, DataError
 from seq2seq.training import run as training
 from seq2seq.training.checkpoint import CheckpointError
 from seq2seq.training.module import NonFiniteLossError

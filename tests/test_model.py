@@ -20,7 +20,7 @@ def tiny_model(**overrides) -> Transformer:
     )
     for key, value in overrides.items():
         setattr(cfg, key, value)
-    return Transformer(cfg, VOCAB, VOCAB, PAD).eval()
+    return Transformer(cfg, VOCAB, VOCAB).eval()
 
 
 def batch() -> tuple[torch.Tensor, torch.Tensor]:
@@ -142,7 +142,7 @@ def test_tied_embeddings_share_one_matrix():
 
 def test_tying_needs_a_shared_vocabulary():
     with pytest.raises(ValueError, match="shared vocabulary"):
-        Transformer(ModelConfig(d_model=16, n_heads=2), 40, 50, PAD)
+        Transformer(ModelConfig(d_model=16, n_heads=2), 40, 50)
 
 
 def test_attention_maps_have_one_entry_per_layer():

@@ -17,16 +17,15 @@ PAIRS = [  # source ids -> target ids, different lengths, no specials
 ]
 
 
-def test_tiny_model_overfits_and_greedy_reproduces_targets():
+def test_tiny_model_overfits_and_greedy_reproduces_targets(tiny_model_cfg: ModelConfig):
     torch.manual_seed(0)
-    cfg = ModelConfig(d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=2, d_ff=64, dropout=0.0)
-    model = Transformer(cfg, 24, 24, PAD_ID)
+    model = Transformer(tiny_model_cfg, 24, 24)
     src = pad_ids([[*s, EOS_ID] for s, _ in PAIRS])
     tgt_in = pad_ids([[BOS_ID, *t] for _, t in PAIRS])
     tgt_out = pad_ids([[*t, EOS_ID] for _, t in PAIRS])
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
     for _ in range(300):
-        loss_sum, _, n_tokens = label_smoothed_loss(model(src, tgt_in), tgt_out, smoothing=0.0)
+        loss_sum, _, n_tokens = label_smoothed_loss(model(src, tgt_in), tgt_out, smoothing=0.0, pad_id=PAD_ID)
         optimizer.zero_grad()
         (loss_sum / n_tokens).backward()
         optimizer.step()

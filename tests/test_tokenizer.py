@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from seq2seq.config import ModelConfig
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID, TranslationTokenizer
+from seq2seq.model import Transformer
 
 TINY = Path(__file__).parent / "fixtures" / "tiny.tsv"
 
@@ -64,3 +66,10 @@ def test_save_load_and_dict_round_trip(trained: TranslationTokenizer, tmp_path: 
         assert restored.shared == trained.shared
         assert restored.encode_target(text) == trained.encode_target(text)
         assert restored.encode_source(text) == trained.encode_source(text)
+
+
+def test_the_model_reads_the_ids_the_tokenizer_gives_its_special_tokens(trained: TranslationTokenizer):
+    model = Transformer(ModelConfig(d_model=16, n_heads=2), trained.src_vocab_size, trained.tgt_vocab_size)
+    for side in (trained.src, trained.tgt):
+        ids = [side.token_to_id(token) for token in ("<pad>", "<s>", "</s>")]
+        assert ids == [model.pad_id, model.bos_id, model.eos_id]

@@ -47,6 +47,15 @@ def test_tensorboard_has_scalars_text_and_attention_images(trained_run):
     assert {"attention/encoder_self", "attention/decoder_self", "attention/cross"} <= set(tags["images"])
 
 
+def test_tensorboard_has_a_layer_by_head_grid_per_attention_kind(trained_run):
+    events = EventAccumulator(str(trained_run / "tensorboard"), size_guidance={"images": 0})
+    events.Reload()
+    for kind in ("encoder_self", "decoder_self", "cross"):
+        grids, singles = events.Images(f"attention/{kind}_grid"), events.Images(f"attention/{kind}")
+        assert len(grids) == len(singles) >= 1  # one of each at every validation
+        assert grids[-1].encoded_image_string[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_checkpoint_is_self_contained_and_translates(trained_run):
     checkpoint = read_checkpoint(trained_run / "checkpoints" / "best.ckpt")
     assert {"model_config", "tokenizer", "decode_config", "data_config"} <= set(checkpoint["seq2seq"])
@@ -81,10 +90,14 @@ def test_resume_continues_the_step_count(tmp_path):
     assert torch.load(last, weights_only=True)["global_step"] == 2 * steps_one_epoch
 
 
-def test_invalid_override_fails_before_training(tmp_path):
-    with pytest.raises(ConfigError, match=r"model\.d_model"):
-        train(tiny_config(tmp_path, "model.d_model=33"))
-    assert not (tmp_path / "run" / "checkpoints").exists()
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [("model.d_model=33", r"model\.d_model"), ("+decode.sampling=true", r"decode\.sampling=true would make")],
+)
+def test_invalid_override_fails_before_training(tmp_path, override, message):
+    with pytest.raises(ConfigError, match=message):
+        train(tiny_config(tmp_path, override))
+    assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.parametrize(

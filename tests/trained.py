@@ -11,15 +11,14 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from compose import model_config
+from tiny import CORPUS, tiny_tokenizer
 
-from seq2seq.config import DataConfig, DecodeConfig, ModelConfig
+from seq2seq.config import DataConfig, DecodeConfig
 from seq2seq.data.batching import pad_ids
-from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, TranslationTokenizer
+from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from seq2seq.model import Transformer
-from seq2seq.training.checkpoint import inference_state
-
-CORPUS = Path(__file__).parent / "fixtures" / "tiny.tsv"
-TINY = ModelConfig(d_model=32, n_heads=2, n_encoder_layers=2, n_decoder_layers=2, d_ff=64, dropout=0.0)
+from seq2seq.training.checkpoint import MODEL_PREFIX, entry
 
 
 def train_tiny_checkpoint(directory: Path, steps: int = 150, batch_size: int = 50, seed: int = 0) -> Path:
@@ -34,9 +33,7 @@ def train_tiny_checkpoint(directory: Path, steps: int = 150, batch_size: int = 5
 
 def _train(directory: Path, steps: int, batch_size: int, seed: int) -> Path:
     pairs = [line.split("\t") for line in CORPUS.read_text(encoding="utf-8").splitlines()]
-    tokenizer = TranslationTokenizer.train(
-        (s for s, _ in pairs), (t for _, t in pairs), vocab_size=300, shared=True
-    )
+    tokenizer = tiny_tokenizer()
     src_ids = tokenizer.encode_source([s for s, _ in pairs])
     tgt_ids = tokenizer.encode_target([t for _, t in pairs])
     order = sorted(range(len(pairs)), key=lambda i: len(src_ids[i]) + len(tgt_ids[i]))
@@ -48,7 +45,8 @@ def _train(directory: Path, steps: int, batch_size: int, seed: int) -> Path:
         tgt_out = pad_ids([[*tgt_ids[i], EOS_ID] for i in rows])  # (batch, T)
         batches.append((src, tgt_in, tgt_out))
     torch.manual_seed(seed)
-    model = Transformer(TINY, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, PAD_ID)
+    model_cfg = model_config("tiny")
+    model = Transformer(model_cfg, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     for _ in range(steps):
         src, tgt_in, tgt_out = batches[int(torch.randint(len(batches), ()))]
@@ -61,8 +59,8 @@ def _train(directory: Path, steps: int, batch_size: int, seed: int) -> Path:
         path=str(CORPUS), valid_size=12, test_size=12, vocab_size=300, max_tokens=512, num_workers=0,
         cache_dir=str(directory / "cache"),
     )  # fmt: skip
-    state = {f"model.{name}": tensor for name, tensor in model.state_dict().items()}
-    meta = inference_state(TINY, DecodeConfig(), data_cfg, tokenizer)
+    state = {MODEL_PREFIX + name: tensor for name, tensor in model.state_dict().items()}
+    meta = entry(model_cfg, DecodeConfig(), data_cfg, tokenizer)
     path = directory / "tiny.ckpt"
     torch.save({"state_dict": state, "seq2seq": meta, "final_loss": loss.item()}, path)
     return path

@@ -48,15 +48,19 @@ def collate(examples: list[dict]) -> Batch:
     return Batch(src, tgt_in, tgt_out)
 
 
-def _pack(order: np.ndarray, lengths: np.ndarray, max_tokens: int) -> list[np.ndarray]:
-    """Greedy packing of ``order`` (ascending length) under ``size * max_len <= max_tokens``."""
+def pack(order: np.ndarray, lengths: np.ndarray, max_tokens: int) -> list[np.ndarray]:
+    """Greedy packing of the indices ``order`` (by ascending length) into batches whose padded size,
+    batch size × longest length, stays within ``max_tokens``; one longer than that is a batch of its own.
+
+    Training batches and the Translator's batches are both packed here.
+    """
     sorted_lengths = lengths[order]
     batches, start = [], 0
     while start < len(order):
-        capacity = max_tokens // sorted_lengths[start]  # no batch from here can be larger
+        capacity = max(1, max_tokens // sorted_lengths[start])  # no batch from here can be larger
         window = sorted_lengths[start : start + capacity]
         cost = np.arange(1, len(window) + 1) * window  # padded cost of each prefix, non-decreasing
-        size = int(np.searchsorted(cost, max_tokens, side="right"))
+        size = max(1, int(np.searchsorted(cost, max_tokens, side="right")))
         batches.append(order[start : start + size])
         start += size
     return batches
@@ -78,9 +82,9 @@ def _split_to_multiple(batches: list[np.ndarray], world_size: int) -> list[np.nd
 class TokenBudgetBatchSampler(Sampler[list[int]]):
     """Yields lists of dataset indices whose padded size stays within ``max_tokens``.
 
-    Call ``set_epoch`` each epoch (Lightning does) for a fresh deterministic
-    shuffle; ``skip_batches`` drops the first batches of the next pass, for resuming
-    mid-epoch. With ``world_size > 1`` ranks get disjoint, equally many batches.
+    ``set_epoch`` picks the epoch's deterministic shuffle and ``skip_batches`` drops the first
+    batches of the next pass; in training, :class:`seq2seq.data.resume.BatchOrder` calls both.
+    With ``world_size > 1`` ranks get disjoint, equally many batches.
     """
 
     def __init__(
@@ -110,7 +114,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         self.epoch = epoch
 
     def skip_batches(self, n: int) -> None:
-        """Start this rank's iterations of the current epoch at batch ``n`` (mid-epoch resume)."""
+        """Start this rank's next pass over the current epoch at batch ``n``; another epoch drops it."""
         self._skip = (self.epoch, n)
 
     def _pending_skip(self) -> int:
@@ -125,7 +129,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
                 order = np.argsort(self.lengths + rng.random(len(self.lengths)), kind="stable")
             else:
                 order = np.argsort(self.lengths, kind="stable")
-            batches = _split_to_multiple(_pack(order, self.lengths, self.max_tokens), self.world_size)
+            batches = _split_to_multiple(pack(order, self.lengths, self.max_tokens), self.world_size)
             if self.shuffle:
                 batches = [batches[i] for i in rng.permutation(len(batches))]
             self._cached = (self.epoch, batches[self.rank :: self.world_size])

@@ -14,7 +14,6 @@ import gzip
 import hashlib
 import json
 import logging
-import tempfile
 from collections import Counter
 from collections.abc import Iterator
 from functools import partial
@@ -26,7 +25,8 @@ import numpy as np
 import pyarrow as pa
 from datasets.table import MemoryMappedTable
 
-from seq2seq.config import DataConfig
+from seq2seq.config import DataConfig, DataError
+from seq2seq.data.cache import build_into_place, digest
 
 log = logging.getLogger("seq2seq.data")
 
@@ -36,10 +36,6 @@ _FEATURES = datasets.Features({"src": datasets.Value("string"), "tgt": datasets.
 _SUFFIXES = (".tsv", ".txt", ".csv", ".jsonl")
 _BATCH = 10_000  # rows per Arrow batch when writing the corpus or scanning a column
 _PAIRS_FILE = "pairs.arrow"
-
-
-class DataError(ValueError):
-    """The corpus cannot be used; the message says which file and why."""
 
 
 def resolve_path(path: str) -> Path:
@@ -109,7 +105,7 @@ def _clean_pairs(
 def _cache_name(path: Path, cfg: DataConfig) -> str:
     stat = path.stat()
     key = json.dumps([_FORMAT_VERSION, str(path), stat.st_size, stat.st_mtime_ns, cfg.columns, cfg.direction])
-    return "corpus-" + _digest(key)
+    return "corpus-" + digest(key)
 
 
 def _line_stats(path: Path, counts: Counter) -> dict[str, int]:
@@ -138,22 +134,13 @@ def _write_arrow(pairs: Iterator[tuple[str, str]], path: Path) -> None:
             )
 
 
-def _build(path: Path, cfg: DataConfig, target: Path) -> None:
-    """Write the cleaned pairs and their counts into ``target`` via a temp dir, so a crash never
-    leaves a half-written cache."""
+def _build(path: Path, cfg: DataConfig, directory: Path) -> None:
+    """Write the cleaned pairs and their counts into ``directory``."""
     counts: Counter = Counter()
     pairs = _clean_pairs(path, tuple(cfg.columns), cfg.source_lang, cfg.target_lang, counts)
-    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".build-") as scratch:
-        staging = Path(scratch) / "corpus"
-        staging.mkdir()
-        _write_arrow(pairs, staging / _PAIRS_FILE)
-        stats = _line_stats(path, counts)
-        (staging / "stats.json").write_text(json.dumps(stats, indent=1))
-        try:
-            staging.rename(target)
-        except OSError:
-            if not target.exists():  # otherwise another process finished the same build first
-                raise
+    _write_arrow(pairs, directory / _PAIRS_FILE)
+    stats = _line_stats(path, counts)
+    (directory / "stats.json").write_text(json.dumps(stats, indent=1))
 
 
 def _check_format(path: Path) -> None:
@@ -166,11 +153,10 @@ def _load_local(cfg: DataConfig) -> tuple[datasets.Dataset, dict[str, int]]:
     path = resolve_path(cfg.path)
     _check_format(path)
     cache_dir = Path(cfg.cache_dir).expanduser().resolve()
-    cache_dir.mkdir(parents=True, exist_ok=True)
     target = cache_dir / _cache_name(path, cfg)
     if not target.exists():
         log.info("reading %s into %s", path, target)
-        _build(path, cfg, target)
+        build_into_place(target, partial(_build, path, cfg))
     stats = json.loads((target / "stats.json").read_text())
     table = MemoryMappedTable.from_file(str(target / _PAIRS_FILE))
     return datasets.Dataset(
@@ -252,7 +238,7 @@ def split_corpus(
     key = f"{dataset._fingerprint}|{valid_size}|{test_size}|{seed}"
     return datasets.DatasetDict(
         {
-            name: dataset.select(np.flatnonzero(mask), new_fingerprint=_digest(f"{key}|{name}"))
+            name: dataset.select(np.flatnonzero(mask), new_fingerprint=digest(f"{key}|{name}"))
             for name, mask in masks.items()
         }
     )
@@ -271,7 +257,3 @@ def references(dataset: datasets.Dataset) -> tuple[list[str], list[list[str]]]:
         for src, tgt in zip(batch["src"], batch["tgt"], strict=True):
             grouped.setdefault(src, []).append(tgt)
     return list(grouped), list(grouped.values())
-
-
-def _digest(text: str) -> str:
-    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()

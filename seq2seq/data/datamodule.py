@@ -7,9 +7,7 @@ re-trains and re-encodes nothing, and a changed input never reuses a stale cache
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import tempfile
 import time
 from collections.abc import Iterator
 from functools import partial
@@ -24,6 +22,8 @@ from torch.utils.data import DataLoader
 from seq2seq.config import DataConfig
 from seq2seq.data import corpus
 from seq2seq.data.batching import TokenBudgetBatchSampler, collate, pair_lengths
+from seq2seq.data.cache import build_into_place, digest
+from seq2seq.data.resume import BatchOrder
 from seq2seq.data.tokenizer import TranslationTokenizer, config_key
 
 log = logging.getLogger("seq2seq.data")
@@ -37,10 +37,6 @@ _ENCODED = datasets.Features(
         "length": datasets.Value("int32"),  # padded cost of the pair, see batching.pair_lengths
     }
 )
-
-
-def _digest(text: str) -> str:
-    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 
 def _encode_batch(batch: dict, tokenizer: TranslationTokenizer) -> dict:
@@ -75,7 +71,7 @@ class TranslationDataModule(pl.LightningDataModule):
 
     def _tokenizer_dir(self, train: datasets.Dataset) -> Path:
         key = config_key(self.cfg.vocab_size, self.cfg.shared_vocab) + train._fingerprint
-        return self.cache_dir / f"tokenizer-{_digest(key)}"
+        return self.cache_dir / f"tokenizer-{digest(key)}"
 
     def _train_or_load_tokenizer(self, train: datasets.Dataset) -> TranslationTokenizer:
         """Tokenizer of the train split only, so held-out text never shapes the vocabulary."""
@@ -87,15 +83,7 @@ class TranslationDataModule(pl.LightningDataModule):
         tokenizer = TranslationTokenizer.train(
             _texts(train, "src"), _texts(train, "tgt"), self.cfg.vocab_size, self.cfg.shared_vocab
         )
-        self.cache_dir.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=self.cache_dir, prefix=".tokenizer-") as scratch:
-            staging = Path(scratch) / "tokenizer"  # renamed into place whole, so a crash leaves no cache
-            tokenizer.save(staging)
-            try:
-                staging.rename(directory)
-            except OSError:
-                if not directory.is_dir():  # otherwise another process saved the same tokenizer first
-                    raise
+        build_into_place(directory, tokenizer.save)
         log.info("tokenizer trained in %.1fs, saved to %s", time.perf_counter() - start, directory)
         return tokenizer
 
@@ -110,7 +98,7 @@ class TranslationDataModule(pl.LightningDataModule):
             batched=True,
             batch_size=2000,
             features=_ENCODED,
-            new_fingerprint=_digest(f"{dataset._fingerprint}|{tokenizer_dir.name}"),
+            new_fingerprint=digest(f"{dataset._fingerprint}|{tokenizer_dir.name}"),
             desc=f"encoding {name}",
         )
 
@@ -118,7 +106,7 @@ class TranslationDataModule(pl.LightningDataModule):
         keep = np.flatnonzero(_lengths(dataset) <= self.cfg.max_length + 1)  # length counts one special
         if len(keep) == len(dataset):
             return dataset, 0
-        fingerprint = _digest(f"{dataset._fingerprint}|max_length={self.cfg.max_length}")
+        fingerprint = digest(f"{dataset._fingerprint}|max_length={self.cfg.max_length}")
         return dataset.select(keep, new_fingerprint=fingerprint), len(dataset) - len(keep)
 
     def setup(self, stage: str | None = None) -> None:
@@ -163,25 +151,10 @@ class TranslationDataModule(pl.LightningDataModule):
         return TokenBudgetBatchSampler(lengths, max_tokens, shuffle, self.seed, rank, world_size)
 
     def train_dataloader(self) -> DataLoader:
-        """Shuffled token-budget batches; the sampler's ``set_epoch`` reshuffles each epoch."""
+        """Shuffled token-budget batches, in the order :class:`~seq2seq.data.resume.BatchOrder` sets."""
         sampler = self._sampler("train", self.cfg.max_tokens, shuffle=True)
-        trainer = self.trainer
-        if trainer is not None and trainer.fit_loop.restarting:
-            self._continue_interrupted_epoch(sampler, trainer)
+        BatchOrder.continue_interrupted_epoch(sampler, self.trainer)
         return self._loader("train", sampler)
-
-    @staticmethod
-    def _continue_interrupted_epoch(sampler: TokenBudgetBatchSampler, trainer: pl.Trainer) -> None:
-        """After a resume, start at the first batch the checkpointed run had not trained on.
-
-        Lightning reuses the iterator it creates right after this call, so the epoch and the
-        skip must be set here; a checkpoint taken on an epoch's last batch starts the next epoch.
-        """
-        epoch, done = trainer.current_epoch, trainer.fit_loop.epoch_loop.batch_progress.current.processed
-        if done >= len(sampler):
-            epoch, done = epoch + 1, 0
-        sampler.set_epoch(epoch)
-        sampler.skip_batches(done)
 
     def val_dataloader(self) -> DataLoader:
         return self._loader("valid", self._sampler("valid", self.cfg.eval_max_tokens, shuffle=False))

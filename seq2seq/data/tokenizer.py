@@ -1,4 +1,4 @@
-"""Subword tokenizers for both sides of the translation pair; special ids live here.
+"""Subword tokenizers for both sides of the translation pair, with the special tokens at their ids.
 
 Byte-level BPE (ByteLevel pre-tokenizer and decoder, NFC normaliser) because it
 round-trips text exactly: every string is a byte sequence and all 256 bytes are in
@@ -17,8 +17,11 @@ from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
-PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
-SPECIAL_TOKENS = ["<pad>", "<s>", "</s>", "<unk>"]  # index == id
+from seq2seq.config import SPECIAL_IDS
+
+PAD_ID, BOS_ID, EOS_ID, UNK_ID = SPECIAL_IDS.pad, SPECIAL_IDS.bos, SPECIAL_IDS.eos, SPECIAL_IDS.unk
+_TOKEN_OF_ID = {PAD_ID: "<pad>", BOS_ID: "<s>", EOS_ID: "</s>", UNK_ID: "<unk>"}
+SPECIAL_TOKENS = [_TOKEN_OF_ID[i] for i in range(len(_TOKEN_OF_ID))]  # index == id, as BPE training assigns
 
 _SHARED_FILE = "tokenizer.json"
 _SIDE_FILES = {"src": "tokenizer.src.json", "tgt": "tokenizer.tgt.json"}

@@ -19,7 +19,7 @@ __all__ = ["Hypothesis", "beam_search", "generate", "greedy_search"]
 def generate(model: Transformer, src: Tensor, cfg: DecodeConfig) -> list[list[Hypothesis]]:
     """Translate a batch: greedy when ``cfg.beam_size == 1``, else beam search.
 
-    src: (B, S) source ids ending in EOS, padded with PAD_ID. Returns, per sentence, up to
+    src: (B, S) source ids ending in EOS, padded with the model's pad id. Returns, per sentence, up to
     ``cfg.nbest`` hypotheses, best first. The model should be in eval mode.
     """
     if cfg.beam_size == 1:

@@ -17,7 +17,6 @@ import torch
 from torch import Tensor
 
 from seq2seq.config import DecodeConfig
-from seq2seq.data.tokenizer import BOS_ID, EOS_ID
 from seq2seq.decoding.steps import CachedSteps, Hypothesis, length_penalty, next_log_probs, output_limits
 from seq2seq.model import Transformer
 
@@ -72,7 +71,9 @@ def _expand(scores: Tensor, logprobs: Tensor, beam_size: int) -> _Candidates:
     return _Candidates(top, flat // vocab, flat % vocab)
 
 
-def _add(finished: list[list[Hypothesis]], beams: _Beams, i: int, hypothesis: Hypothesis, nbest: int) -> None:
+def _record_finished(
+    finished: list[list[Hypothesis]], beams: _Beams, i: int, hypothesis: Hypothesis, nbest: int
+) -> None:
     """Record a finished hypothesis of active sentence ``i`` and update its n-best threshold."""
     hypotheses = finished[int(beams.rows[i])]
     hypotheses.append(hypothesis)
@@ -82,25 +83,25 @@ def _add(finished: list[list[Hypothesis]], beams: _Beams, i: int, hypothesis: Hy
 
 
 def _finish_eos(
-    finished: list[list[Hypothesis]], beams: _Beams, cand: _Candidates, t: int, cfg: DecodeConfig
+    finished: list[list[Hypothesis]], beams: _Beams, cand: _Candidates, t: int, cfg: DecodeConfig, eos_id: int
 ) -> None:
     """EOS candidates ranked within the top K end their beam (fairseq's rule)."""
     k, live = cfg.beam_size, beams.scores.size(1)
-    eos = (cand.tokens[:, :k] == EOS_ID) & torch.isfinite(cand.scores[:, :k])  # (n, K)
+    eos = (cand.tokens[:, :k] == eos_id) & torch.isfinite(cand.scores[:, :k])  # (n, K)
     if not eos.any():
         return
     normalised = (cand.scores[:, :k] / length_penalty(t + 1, cfg.length_penalty)).tolist()
     parents = cand.beams.tolist()
     for i, j in eos.nonzero().tolist():
         tokens = beams.tokens[i * live + parents[i][j]].tolist()
-        _add(finished, beams, i, Hypothesis(tokens, normalised[i][j]), cfg.nbest)
+        _record_finished(finished, beams, i, Hypothesis(tokens, normalised[i][j]), cfg.nbest)
 
 
-def _prune(beams: _Beams, cand: _Candidates, k: int) -> tuple[_Beams, Tensor]:
+def _prune(beams: _Beams, cand: _Candidates, k: int, eos_id: int) -> tuple[_Beams, Tensor]:
     """The K best non-EOS candidates become the new beams; also returns each one's parent row (n·K,)."""
     n, live = beams.scores.shape
     width = cand.scores.size(1)
-    rank = torch.arange(width, device=cand.tokens.device) + (cand.tokens == EOS_ID) * width  # EOS ranks last
+    rank = torch.arange(width, device=cand.tokens.device) + (cand.tokens == eos_id) * width  # EOS ranks last
     pick = rank.topk(k, dim=1, largest=False).indices  # (n, K), best first
     first_rows = torch.arange(n, device=pick.device)[:, None] * live  # (n, 1): row of each sentence's beam 0
     parents = (first_rows + cand.beams.gather(1, pick)).view(-1)  # (n·K,)
@@ -117,7 +118,7 @@ def _finish_at_limit(finished: list[list[Hypothesis]], beams: _Beams, t: int, cf
         for j in range(k):
             if normalised[i][j] > float("-inf"):  # skip beams that never came alive
                 hypothesis = Hypothesis(beams.tokens[i * k + j].tolist(), normalised[i][j])
-                _add(finished, beams, i, hypothesis, cfg.nbest)
+                _record_finished(finished, beams, i, hypothesis, cfg.nbest)
     return at_limit
 
 
@@ -139,18 +140,18 @@ def beam_search(model: Transformer, src: Tensor, cfg: DecodeConfig) -> list[list
     steps = CachedSteps(model, memory, src_mask)
     beams = _Beams(  # one live beam per sentence until the first step branches it into K
         rows=torch.arange(batch, device=device),
-        limits=output_limits(src, cfg, model.cfg.max_positions),
+        limits=output_limits(src, cfg, model.cfg.max_positions, model.pad_id),
         scores=torch.zeros(batch, 1, device=device),
         tokens=torch.empty(batch, 0, dtype=torch.long, device=device),
         n_finished=torch.zeros(batch, dtype=torch.long, device=device),
         threshold=torch.full((batch,), float("-inf"), device=device),
     )
     finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
-    last = torch.full((batch,), BOS_ID, dtype=torch.long, device=device)
+    last = torch.full((batch,), model.bos_id, dtype=torch.long, device=device)
     for t in range(int(beams.limits.max())):
-        cand = _expand(beams.scores, next_log_probs(steps(last), t, cfg), k)
-        _finish_eos(finished, beams, cand, t, cfg)
-        beams, parents = _prune(beams, cand, k)
+        cand = _expand(beams.scores, next_log_probs(steps(last), t, cfg, model.special_ids), k)
+        _finish_eos(finished, beams, cand, t, cfg, model.eos_id)
+        beams, parents = _prune(beams, cand, k, model.eos_id)
         active = ~(_finish_at_limit(finished, beams, t, cfg) | _done(beams, cfg))
         if not active.any():
             break

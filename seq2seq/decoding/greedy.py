@@ -12,7 +12,6 @@ import torch
 from torch import Tensor
 
 from seq2seq.config import DecodeConfig
-from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from seq2seq.decoding.sampling import pick_next_tokens
 from seq2seq.decoding.steps import (
     CachedSteps,
@@ -29,24 +28,24 @@ from seq2seq.model import Transformer
 def greedy_search(
     model: Transformer, src: Tensor, cfg: DecodeConfig, cached: bool = True
 ) -> list[list[Hypothesis]]:
-    """One hypothesis per sentence. src: (B, S) ids ending in EOS, padded with PAD_ID.
+    """One hypothesis per sentence. src: (B, S) ids ending in EOS, padded with the model's pad id.
 
     ``cached=False`` re-runs the full decoder each step; it exists to test and time the cache.
     """
     memory, src_mask = model.encode(src)
     steps = (CachedSteps if cached else FullSteps)(model, memory, src_mask)
-    limits = output_limits(src, cfg, model.cfg.max_positions)  # (B,)
+    limits = output_limits(src, cfg, model.cfg.max_positions, model.pad_id)  # (B,)
     batch, device = src.size(0), src.device
     rows = torch.arange(batch, device=device)  # original sentence of each active row
-    out = torch.full((batch, int(limits.max())), PAD_ID, dtype=torch.long, device=device)
+    out = torch.full((batch, int(limits.max())), model.pad_id, dtype=torch.long, device=device)
     logp = torch.zeros(batch, device=device)
     lengths = torch.zeros(batch, dtype=torch.long, device=device)
-    tokens = torch.full((batch,), BOS_ID, dtype=torch.long, device=device)
+    tokens = torch.full((batch,), model.bos_id, dtype=torch.long, device=device)
     for t in range(out.size(1)):
-        tokens, token_logp = pick_next_tokens(next_log_probs(steps(tokens), t, cfg), cfg)
+        tokens, token_logp = pick_next_tokens(next_log_probs(steps(tokens), t, cfg, model.special_ids), cfg)
         logp[rows] += token_logp
         out[rows, t] = tokens
-        done = (tokens == EOS_ID) | (t + 1 >= limits[rows])
+        done = (tokens == model.eos_id) | (t + 1 >= limits[rows])
         if done.any():
             lengths[rows[done]] = t + 1
             keep = (~done).nonzero().squeeze(1)
@@ -56,10 +55,10 @@ def greedy_search(
             steps.select(keep)
     scores = logp / length_penalty(lengths.float(), cfg.length_penalty)
     return [
-        [Hypothesis(_strip_eos(row[:n]), score)]
+        [Hypothesis(_strip_eos(row[:n], model.eos_id), score)]
         for row, n, score in zip(out.tolist(), lengths.tolist(), scores.tolist(), strict=True)
     ]
 
 
-def _strip_eos(tokens: list[int]) -> list[int]:
-    return tokens[:-1] if tokens and tokens[-1] == EOS_ID else tokens
+def _strip_eos(tokens: list[int], eos_id: int) -> list[int]:
+    return tokens[:-1] if tokens and tokens[-1] == eos_id else tokens

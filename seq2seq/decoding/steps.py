@@ -12,8 +12,7 @@ from dataclasses import dataclass, replace
 import torch
 from torch import Tensor
 
-from seq2seq.config import DecodeConfig
-from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from seq2seq.config import DecodeConfig, SpecialIds
 from seq2seq.model import Transformer
 
 
@@ -30,12 +29,12 @@ def length_penalty(length: Tensor | int, alpha: float) -> Tensor | float:
     return ((5 + length) / 6) ** alpha
 
 
-def output_limits(src: Tensor, cfg: DecodeConfig, max_positions: int) -> Tensor:
+def output_limits(src: Tensor, cfg: DecodeConfig, max_positions: int, pad_id: int) -> Tensor:
     """Most tokens each sentence may emit: a·src_len + b, within [1, max_positions]. src: (B, S) -> (B,).
 
     src_len counts the real (non-pad) source tokens, EOS included.
     """
-    src_len = (src != PAD_ID).sum(dim=1)
+    src_len = (src != pad_id).sum(dim=1)
     return (cfg.max_len_a * src_len + cfg.max_len_b).long().clamp(1, max_positions)
 
 
@@ -79,12 +78,12 @@ class FullSteps:
         )
 
 
-def next_log_probs(logits: Tensor, step: int, cfg: DecodeConfig) -> Tensor:
+def next_log_probs(logits: Tensor, step: int, cfg: DecodeConfig, special: SpecialIds) -> Tensor:
     """Log-softmax over the vocabulary with tokens that may not come next at -inf. (N, V) -> (N, V).
 
     PAD and BOS never appear in an output; EOS is forbidden before ``cfg.min_len`` tokens.
     """
     logprobs = logits.float().log_softmax(dim=-1)
-    banned = [PAD_ID, BOS_ID] if step >= cfg.min_len else [PAD_ID, BOS_ID, EOS_ID]
+    banned = [special.pad, special.bos] if step >= cfg.min_len else [special.pad, special.bos, special.eos]
     logprobs[:, banned] = float("-inf")
     return logprobs

@@ -1,8 +1,10 @@
 """Command line behind ``translate.py``: argparse, modes and error handling around a translator.
 
-Expected failures (missing or corrupt checkpoint, no GPU, bad arguments, bad data) print one
-line on stderr and return a non-zero code; ``--output`` is written to a temporary file that is
-renamed only on success, so a failure never leaves a partial file behind.
+Expected failures (missing or corrupt checkpoint, no GPU, bad arguments, bad data, output that
+cannot be written) raise their own exception types where they arise; :func:`main` prints those
+as one line on stderr and returns a non-zero code, and lets anything else (a bug) raise.
+``--output`` is written to a temporary file that is renamed only on success, so a failure never
+leaves a partial file behind.
 """
 
 from __future__ import annotations
@@ -21,11 +23,14 @@ from typing import TextIO
 
 from tqdm import tqdm
 
-from seq2seq.config import DataConfig, DecodeConfig
-from seq2seq.inference.alignment import align, format_table, save_heatmap
+from seq2seq.config import ConfigError, DataConfig, DataError, DecodeConfig
+from seq2seq.export.bundle import ExportError
+from seq2seq.hardware import AUTO, INFERENCE_DTYPES, resolve_dtype
+from seq2seq.inference.alignment import AlignmentError, align, format_table, save_heatmap
 from seq2seq.inference.evaluation import evaluate, format_scores, read_pairs
 from seq2seq.inference.translator import (
     DEFAULT_BATCH_TOKENS,
+    DeviceError,
     Translation,
     Translator,
     TranslatorBase,
@@ -53,6 +58,15 @@ arguments exit 2. With --output, a failed run leaves no file.
 
 class UsageError(Exception):
     """Bad command-line arguments."""
+
+
+class OutputError(Exception):
+    """The output (stdout, ``--output`` or ``--attention-png``) cannot be written."""
+
+
+EXPECTED_ERRORS = (
+    CheckpointError, ConfigError, DataError, DeviceError, AlignmentError, OutputError, ExportError
+)  # fmt: skip
 
 
 class _Parser(argparse.ArgumentParser):
@@ -108,11 +122,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--device", choices=["cpu", "cuda", "auto"], default="auto", help="default: auto")
     parser.add_argument(
+        "--dtype",
+        choices=[AUTO, *INFERENCE_DTYPES],
+        default=AUTO,
+        help="compute dtype (default: auto, chosen from the hardware like trainer.precision=auto)",
+    )
+    parser.add_argument(
         "--batch-tokens",
         type=int,
-        default=DEFAULT_BATCH_TOKENS,
         metavar="N",
-        help=f"padded source tokens per batch (default: {DEFAULT_BATCH_TOKENS}, as in validation)",
+        help="padded source tokens per batch (default: the checkpoint's data.eval_max_tokens, as validation)",
     )
     parser.add_argument(
         "--output", "-o", metavar="PATH", help="write translations (or --eval hypotheses) here"
@@ -167,19 +186,27 @@ def decode_settings(cfg: DecodeConfig, args: argparse.Namespace) -> DecodeConfig
 
 @contextlib.contextmanager
 def _output(path: str | None) -> Iterator[TextIO]:
-    """stdout, or a temporary file next to ``path`` renamed onto it only if the block succeeds."""
-    if path is None:
-        yield sys.stdout
-        return
-    target = Path(path)
-    fd, temp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".partial")
+    """stdout, or a temporary file next to ``path`` renamed onto it only if the block succeeds.
+
+    An OSError while the output is open (creating, writing or renaming it) is an :class:`OutputError`.
+    """
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            yield handle
-        os.replace(temp, target)
-    finally:
-        if os.path.exists(temp):
-            os.unlink(temp)
+        if path is None:
+            yield sys.stdout
+            return
+        target = Path(path)
+        fd, temp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".partial")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                yield handle
+            os.replace(temp, target)
+        finally:
+            if os.path.exists(temp):
+                os.unlink(temp)
+    except BrokenPipeError:  # the reader left; main stops quietly
+        raise
+    except OSError as err:
+        raise OutputError(str(err)) from err
 
 
 def _write(out: TextIO, index: int, translations: list[Translation], with_scores: bool) -> None:
@@ -198,16 +225,20 @@ def _stdin_is_file() -> bool:
 
 
 def _eval_set(spec: str, data_cfg: DataConfig) -> tuple[list[str], list[list[str]]]:
-    if spec in ("test", "valid"):
-        from seq2seq.data import corpus  # datasets: seconds to import, only needed here
+    """Sources and references of ``--eval``: a split rebuilt from the data config, or a TSV of pairs."""
+    split = spec in ("test", "valid")
+    if not split and not Path(spec).is_file():
+        raise DataError(f"--eval {spec}: not 'test', 'valid' or an existing file")
+    try:
+        if split:
+            from seq2seq.data import corpus  # datasets: seconds to import, only needed here
 
-        splits, _ = corpus.load_splits(data_cfg)  # the same grouped split training validated on
-        return corpus.references(splits[spec])
-    path = Path(spec)
-    if not path.is_file():
-        raise ValueError(f"--eval {spec}: not 'test', 'valid' or an existing file")
-    columns = list(data_cfg.columns)
-    return read_pairs(path, columns.index(data_cfg.source_lang), columns.index(data_cfg.target_lang))
+            splits, _ = corpus.load_splits(data_cfg)  # the same grouped split training validated on
+            return corpus.references(splits[spec])
+        columns = list(data_cfg.columns)
+        return read_pairs(spec, columns.index(data_cfg.source_lang), columns.index(data_cfg.target_lang))
+    except OSError as err:  # the file, the corpus or its cache cannot be opened or written
+        raise DataError(str(err)) from err
 
 
 def _translate_lines(
@@ -227,16 +258,16 @@ def _show_attention(translator: Translator, sentence: str, args: argparse.Namesp
         save_heatmap(alignment, args.attention_png)
 
 
-def _interactive(translator: TranslatorBase, args: argparse.Namespace) -> None:
+def _interactive(translator: TranslatorBase, args: argparse.Namespace, out: TextIO) -> None:
     prompt = "> " if sys.stdin.isatty() else ""  # piped input gets clean output
     while True:
         try:
             line = input(prompt)
         except EOFError:
             return
-        _translate_lines(translator, [line], args.nbest is not None, sys.stdout)
+        _translate_lines(translator, [line], args.nbest is not None, out)
         if line.strip() and args.show_attention:
-            _show_attention(translator, line, args, sys.stdout)
+            _show_attention(translator, line, args, out)
 
 
 def _load(args: argparse.Namespace) -> tuple[TranslatorBase, DataConfig]:
@@ -244,14 +275,16 @@ def _load(args: argparse.Namespace) -> tuple[TranslatorBase, DataConfig]:
     if args.model:
         from seq2seq.inference.ct2_translator import CT2Translator  # ctranslate2 loads only when used
 
-        exported = CT2Translator(args.model, args.device, args.batch_tokens)
+        exported = CT2Translator(args.model, args.device, args.batch_tokens or DEFAULT_BATCH_TOKENS)
         translator: TranslatorBase = exported
         data_config = exported.data_config
     else:
         device = resolve_device(args.device)
         loaded = load_model(args.ckpt, map_location=device)
+        batch_tokens = args.batch_tokens or loaded.data_config.eval_max_tokens
+        dtype, _ = resolve_dtype(args.dtype, loaded.model.cfg, device.type)
         translator = Translator(
-            loaded.model, loaded.tokenizer, loaded.decode_config, device, args.batch_tokens
+            loaded.model, loaded.tokenizer, loaded.decode_config, device, batch_tokens, dtype
         )
         data_config = loaded.data_config
     translator.decode_cfg = decode_settings(translator.decode_cfg, args)
@@ -266,7 +299,8 @@ def run(args: argparse.Namespace) -> int:
     if args.seed is not None:
         translator.seed(args.seed)
     if args.interactive:
-        _interactive(translator, args)
+        with _output(None) as out:
+            _interactive(translator, args, out)
         return 0
     if args.eval:
         sources, references = _eval_set(args.eval, data_config)
@@ -274,7 +308,8 @@ def run(args: argparse.Namespace) -> int:
         if args.output:
             with _output(args.output) as out:
                 out.writelines(text + "\n" for text in evaluation.hypotheses)
-        print(format_scores(evaluation.scores))
+        with _output(None) as out:
+            out.write(format_scores(evaluation.scores) + "\n")
         return 0
     with _output(args.output) as out:
         progress = not args.sentences and _stdin_is_file()  # a pipe or a terminal gets no bar
@@ -295,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as err:
         print(f"{PROG}: error: {err} (see --help)", file=sys.stderr)
         return 2
-    except (CheckpointError, ValueError, OSError) as err:  # ConfigError and DataError are ValueErrors
+    except EXPECTED_ERRORS as err:
         message = str(err).splitlines()[0] if str(err) else type(err).__name__
         print(f"{PROG}: error: {message}", file=sys.stderr)
         return 1

@@ -90,7 +90,7 @@ class CT2Translator(TranslatorBase):
 
     def search(self, sources: list[list[int]], cfg: DecodeConfig) -> list[list[Hypothesis]]:
         """Decode one batch of encoded sources (non-empty, from :meth:`encode`)."""
-        limits = output_limits(pad_ids(sources), cfg, self.max_positions).tolist()
+        limits = output_limits(pad_ids(sources), cfg, self.max_positions, PAD_ID).tolist()
         options = self._options(cfg)
         results: list[list[Hypothesis]] = [[] for _ in sources]
         for limit, rows in groupby(sorted(range(len(sources)), key=limits.__getitem__), limits.__getitem__):

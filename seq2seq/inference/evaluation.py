@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from sacrebleu.metrics import BLEU, CHRF
 
+from seq2seq.config import DataError
+
 if TYPE_CHECKING:
     from seq2seq.inference.translator import TranslatorBase
 
@@ -104,19 +106,23 @@ def read_pairs(
 ) -> tuple[list[str], list[list[str]]]:
     """Unique sources (first-seen order) of a TSV file (.gz ok) and all references of each.
 
-    Blank lines are skipped; a line without the needed columns is an error naming the line.
+    Blank lines are skipped; a line without the needed columns, text that is not UTF-8 or a file
+    without pairs is a :class:`DataError` (the first names the line).
     """
     path = Path(path)
     opener = gzip.open if path.suffix == ".gz" else open
     grouped: dict[str, list[str]] = {}
-    with opener(path, "rt", encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            fields = line.rstrip("\r\n").split("\t")
-            if len(fields) <= max(src_column, ref_column):
-                raise ValueError(f"{path}:{number}: expected tab-separated source and reference columns")
-            grouped.setdefault(fields[src_column].strip(), []).append(fields[ref_column].strip())
+    try:
+        with opener(path, "rt", encoding="utf-8") as handle:
+            for number, line in enumerate(handle, start=1):
+                if not line.strip():
+                    continue
+                fields = line.rstrip("\r\n").split("\t")
+                if len(fields) <= max(src_column, ref_column):
+                    raise DataError(f"{path}:{number}: expected tab-separated source and reference columns")
+                grouped.setdefault(fields[src_column].strip(), []).append(fields[ref_column].strip())
+    except UnicodeDecodeError as err:
+        raise DataError(str(err)) from err
     if not grouped:
-        raise ValueError(f"{path} holds no sentence pairs")
+        raise DataError(f"{path} holds no sentence pairs")
     return list(grouped), list(grouped.values())

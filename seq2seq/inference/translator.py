@@ -21,18 +21,20 @@ from dataclasses import dataclass, replace
 from itertools import islice
 from pathlib import Path
 
+import numpy as np
 import torch
 
-from seq2seq.config import DecodeConfig
-from seq2seq.data.batching import pad_ids
+from seq2seq.config import DataConfig, DecodeConfig
+from seq2seq.data.batching import pack, pad_ids
 from seq2seq.data.tokenizer import EOS_ID, TranslationTokenizer
 from seq2seq.decoding import Hypothesis, generate
+from seq2seq.hardware import AUTO, resolve_dtype
 from seq2seq.model import Transformer
 from seq2seq.training.checkpoint import load_model
 
 log = logging.getLogger(__name__)
 
-DEFAULT_BATCH_TOKENS = 4096  # padded source tokens per batch (beam search decodes beam_size rows for each)
+DEFAULT_BATCH_TOKENS = DataConfig.eval_max_tokens  # padded source tokens per batch, as in validation
 CHUNK_LINES = 10_000  # lines read, sorted and decoded together when streaming
 
 
@@ -44,35 +46,31 @@ class Translation:
     score: float
 
 
+class DeviceError(ValueError):
+    """The requested device is not available."""
+
+
 def resolve_device(name: str | torch.device) -> torch.device:
     """ "auto" -> the GPU when there is one, else the CPU; an unavailable GPU is an error, not a fallback."""
     if str(name) == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     device = torch.device(name)
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {name!r} requested but no CUDA GPU is available; use 'cpu' or 'auto'")
+        raise DeviceError(f"device {name!r} requested but no CUDA GPU is available; use 'cpu' or 'auto'")
     return device
 
 
-def _one_line(text: str) -> str:
+def one_line(text: str) -> str:
     """Byte-level BPE can emit line breaks; one output line per input line needs them gone."""
     return text.replace("\r", " ").replace("\n", " ")
 
 
-def token_budget_batches(lengths: list[int], batch_tokens: int) -> Iterator[list[int]]:
-    """Indices of the non-empty inputs, sorted by length, packed so size × longest <= batch_tokens.
-
-    Sorting keeps padding low; an input longer than the budget gets a batch of its own.
-    """
-    order = sorted((i for i, n in enumerate(lengths) if n), key=lambda i: lengths[i])
-    batch: list[int] = []
-    for i in order:
-        if batch and (len(batch) + 1) * lengths[i] > batch_tokens:
-            yield batch
-            batch = []
-        batch.append(i)
-    if batch:
-        yield batch
+def token_budget_batches(sources: list[list[int]], batch_tokens: int) -> list[np.ndarray]:
+    """Indices of the non-empty sources, sorted by length (which keeps padding low) and packed so that
+    size × longest <= batch_tokens."""
+    lengths = np.array([len(ids) for ids in sources], dtype=np.int64)
+    non_empty = np.flatnonzero(lengths)
+    return pack(non_empty[np.argsort(lengths[non_empty], kind="stable")], lengths, batch_tokens)
 
 
 class TranslatorBase(ABC):
@@ -128,11 +126,12 @@ class TranslatorBase(ABC):
     def _translate_chunk(self, texts: list[str], cfg: DecodeConfig) -> list[list[Translation]]:
         sources = self.encode(texts)
         results = [[Translation("", 0.0)] for _ in texts]  # what blank inputs keep
-        for batch in token_budget_batches([len(ids) for ids in sources], self.batch_tokens):
-            hypotheses = self.search([sources[i] for i in batch], cfg)
+        for batch in token_budget_batches(sources, self.batch_tokens):
+            rows = batch.tolist()
+            hypotheses = self.search([sources[i] for i in rows], cfg)
             texts_out = iter(self.tokenizer.decode_target([h.tokens for hyps in hypotheses for h in hyps]))
-            for i, hyps in zip(batch, hypotheses, strict=True):
-                results[i] = [Translation(_one_line(next(texts_out)), h.score) for h in hyps]
+            for i, hyps in zip(rows, hypotheses, strict=True):
+                results[i] = [Translation(one_line(next(texts_out)), h.score) for h in hyps]
         return results
 
     def translate(
@@ -159,23 +158,34 @@ class Translator(TranslatorBase):
         decode_cfg: DecodeConfig,
         device: str | torch.device = "cpu",
         batch_tokens: int = DEFAULT_BATCH_TOKENS,
+        dtype: torch.dtype = torch.float32,
     ) -> None:
         super().__init__(tokenizer, decode_cfg, model.cfg.max_positions, batch_tokens)
         self.device = torch.device(device)
+        self.dtype = dtype  # bf16/fp16 run under autocast; the weights stay as they are
         self.model = model.to(self.device).eval()
 
     @classmethod
     def from_checkpoint(
-        cls, path: str | Path, device: str = "auto", batch_tokens: int = DEFAULT_BATCH_TOKENS
+        cls,
+        path: str | Path,
+        device: str = "auto",
+        batch_tokens: int | None = None,
+        dtype: str = AUTO,
     ) -> Translator:
-        """Load a checkpoint onto ``device`` ("cpu", "cuda" or "auto") with its own decoding settings."""
+        """Load a checkpoint onto ``device`` ("cpu", "cuda" or "auto") with its own decoding settings;
+        ``batch_tokens`` defaults to its ``data.eval_max_tokens``, as in validation; ``dtype`` is
+        "auto" (chosen from the hardware like the training precision) or a dtype name."""
         target = resolve_device(device)
         loaded = load_model(path, map_location=target)
-        return cls(loaded.model, loaded.tokenizer, loaded.decode_config, target, batch_tokens)
+        batch_tokens = batch_tokens or loaded.data_config.eval_max_tokens
+        compute, _ = resolve_dtype(dtype, loaded.model.cfg, target.type)
+        return cls(loaded.model, loaded.tokenizer, loaded.decode_config, target, batch_tokens, compute)
 
     def search(self, sources: list[list[int]], cfg: DecodeConfig) -> list[list[Hypothesis]]:
         """Decode one batch of encoded sources (non-empty, from :meth:`encode`)."""
-        return generate(self.model, pad_ids(sources).to(self.device), cfg)
+        with torch.autocast(self.device.type, dtype=self.dtype, enabled=self.dtype != torch.float32):
+            return generate(self.model, pad_ids(sources).to(self.device), cfg)
 
     def seed(self, seed: int) -> None:
         torch.manual_seed(seed)

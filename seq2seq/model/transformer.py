@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from seq2seq.config import ModelConfig
+from seq2seq.config import SPECIAL_IDS, ModelConfig, SpecialIds
 from seq2seq.model.attention import causal_mask, padding_mask
 from seq2seq.model.dropout import Dropout
 from seq2seq.model.layers import DecoderLayer, EncoderLayer, LayerCache
@@ -73,14 +73,22 @@ class Transformer(nn.Module):
 
     ``encode`` runs once per source; ``decode`` scores a whole target prefix (training);
     ``start_cache`` + ``step`` decode one token at a time reusing every earlier key/value.
+    The model carries its special ids, so decoding needs nothing from the data stage.
     """
 
-    def __init__(self, cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, pad_id: int) -> None:
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        src_vocab_size: int,
+        tgt_vocab_size: int,
+        special_ids: SpecialIds = SPECIAL_IDS,
+    ) -> None:
         super().__init__()
         if cfg.tie_embeddings and src_vocab_size != tgt_vocab_size:
             raise ValueError("model.tie_embeddings needs a shared vocabulary (set data.shared_vocab=true)")
         self.cfg = cfg
-        self.pad_id = pad_id
+        self.special_ids = special_ids
+        pad_id = special_ids.pad
         self.src_embed = Embedding(src_vocab_size, cfg, pad_id)
         self.tgt_embed = Embedding(tgt_vocab_size, cfg, pad_id)
         self.encoder_layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_encoder_layers))
@@ -93,6 +101,18 @@ class Transformer(nn.Module):
         if cfg.tie_embeddings:
             self.tgt_embed.tokens.weight = self.src_embed.tokens.weight
             self.generator.weight = self.src_embed.tokens.weight
+
+    @property
+    def pad_id(self) -> int:
+        return self.special_ids.pad
+
+    @property
+    def bos_id(self) -> int:
+        return self.special_ids.bos
+
+    @property
+    def eos_id(self) -> int:
+        return self.special_ids.eos
 
     def _init_weights(self) -> None:
         """Xavier-uniform matrices; embeddings N(0, d^-1/2) so the √d scaling gives unit variance."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import threading
 from pathlib import Path
@@ -11,38 +10,21 @@ from types import FrameType
 from typing import Any
 
 import pytorch_lightning as pl
-import torch
 from lightning_fabric.plugins import TorchCheckpointIO
 
-from seq2seq.training.checkpoint import CheckpointError
+from seq2seq.training.checkpoint import save_atomically
 
 log = logging.getLogger(__name__)
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """Write each checkpoint to a temporary file, flush it to disk, then rename it into place.
-
-    A kill never leaves half a file. A failed write (disk full, directory gone) removes the partial
-    file, keeps the previous checkpoint as it was, and stops training with a one-line
-    :class:`CheckpointError`.
-    """
+    """Lightning writes every checkpoint through :func:`~seq2seq.training.checkpoint.save_atomically`:
+    a kill never leaves half a file, and a failed write keeps the previous checkpoint."""
 
     def save_checkpoint(
         self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None
     ) -> None:
-        path = Path(path)
-        partial = path.with_name(f".{path.name}.partial")
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with open(partial, "wb") as handle:
-                torch.save(checkpoint, handle)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(partial, path)
-        except (OSError, RuntimeError) as err:  # torch reports some failed writes as RuntimeError
-            partial.unlink(missing_ok=True)
-            reason = getattr(err, "strerror", None) or str(err).splitlines()[0]
-            raise CheckpointError(f"cannot write checkpoint {path}: {reason}") from err
+        save_atomically(checkpoint, path)
 
 
 class SaveLast(pl.Callback):
@@ -115,16 +97,3 @@ class InterruptBetweenBatches(pl.Callback):
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._restore()
-
-
-class ShuffleEachEpoch(pl.Callback):
-    """Tell the batch sampler the epoch number before each epoch's iterator is created.
-
-    Lightning only calls ``set_epoch`` on ``loader.sampler`` and ``loader.batch_sampler.sampler``,
-    never on a custom ``batch_sampler`` itself, so without this every epoch repeats one order.
-    """
-
-    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        sampler = getattr(trainer.train_dataloader, "batch_sampler", None)
-        if hasattr(sampler, "set_epoch"):
-            sampler.set_epoch(trainer.current_epoch)

@@ -1,35 +1,49 @@
-"""What a checkpoint carries so inference needs nothing but the file.
+"""The checkpoint format: what a checkpoint carries so inference needs nothing but the file,
+how it is written, and how it is read back.
 
 Lightning checkpoints get one extra entry, ``checkpoint["seq2seq"]``, holding the model
-config, the vocabulary sizes, the decoding settings used for validation and the
-tokenizer as JSON. Everything is plain data and tensors, so it loads with
-``torch.load(weights_only=True)``: a checkpoint cannot run code on load.
+config, the vocabulary sizes, the decoding settings used for validation, the data config, the
+tokenizer as JSON, the best validation BLEU and which weights inference loads. Everything is
+plain data and tensors, so it loads with ``torch.load(weights_only=True)``: a checkpoint cannot
+run code on load. Files are written to a temporary name, flushed and renamed into place.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
 from seq2seq.config import DataConfig, DecodeConfig, ModelConfig
-from seq2seq.data.tokenizer import PAD_ID, TranslationTokenizer
+from seq2seq.data.tokenizer import TranslationTokenizer
 from seq2seq.model import Transformer
 
 KEY = "seq2seq"
-MODEL_PREFIX = "model."  # the LightningModule keeps the Transformer at `self.model` (or `ema_model`)
+# The LightningModule keeps the trained Transformer at `self.model` and the moving average of its
+# weights at `self.ema_model`, so these prefix their weights in the state dict.
+MODEL_PREFIX = "model."
+EMA_PREFIX = "ema_model."
 
 
 class CheckpointError(RuntimeError):
-    """The file is missing, unreadable, or not a seq2seq checkpoint."""
+    """The file is missing, unreadable, unwritable, or not a seq2seq checkpoint."""
 
 
-def inference_state(
-    model_cfg: ModelConfig, decode_cfg: DecodeConfig, data_cfg: DataConfig, tokenizer: TranslationTokenizer
-) -> dict:
-    """The ``checkpoint["seq2seq"]`` entry; the data config lets evaluation rebuild the splits."""
+def entry(
+    model_cfg: ModelConfig,
+    decode_cfg: DecodeConfig,
+    data_cfg: DataConfig,
+    tokenizer: TranslationTokenizer,
+    best_bleu: float = 0.0,
+    ema: bool = False,
+) -> dict[str, Any]:
+    """The ``checkpoint["seq2seq"]`` entry; the data config lets evaluation rebuild the splits.
+
+    ``ema``: inference loads the moving average of the weights (what validation scored).
+    """
     return {
         "model_config": asdict(model_cfg),
         "decode_config": asdict(decode_cfg),
@@ -37,7 +51,44 @@ def inference_state(
         "tokenizer": tokenizer.to_dict(),
         "src_vocab_size": tokenizer.src_vocab_size,
         "tgt_vocab_size": tokenizer.tgt_vocab_size,
+        "best_bleu": best_bleu,
+        "weights_prefix": EMA_PREFIX if ema else MODEL_PREFIX,
     }
+
+
+class ResumeState(NamedTuple):
+    """What resuming training takes back from the entry."""
+
+    tokenizer: TranslationTokenizer | None  # None in a checkpoint without an entry
+    best_bleu: float
+
+
+def resume_state(checkpoint: dict[str, Any]) -> ResumeState:
+    """The tokenizer and the best validation BLEU so far, from a checkpoint being resumed."""
+    meta = checkpoint.get(KEY, {})
+    tokenizer = TranslationTokenizer.from_dict(meta["tokenizer"]) if "tokenizer" in meta else None
+    return ResumeState(tokenizer, meta.get("best_bleu", 0.0))
+
+
+def save_atomically(checkpoint: dict[str, Any], path: str | Path) -> None:
+    """Write ``checkpoint`` to a temporary file, flush it to disk, then rename it onto ``path``.
+
+    A kill never leaves half a file. A failed write (disk full, directory gone) removes the partial
+    file, keeps the previous checkpoint as it was, and raises a one-line :class:`CheckpointError`.
+    """
+    path = Path(path)
+    partial = path.with_name(f".{path.name}.partial")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(partial, "wb") as handle:
+            torch.save(checkpoint, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(partial, path)
+    except (OSError, RuntimeError) as err:  # torch reports some failed writes as RuntimeError
+        partial.unlink(missing_ok=True)
+        reason = getattr(err, "strerror", None) or str(err).splitlines()[0]
+        raise CheckpointError(f"cannot write checkpoint {path}: {reason}") from err
 
 
 @dataclass
@@ -48,6 +99,8 @@ class LoadedModel:
     tokenizer: TranslationTokenizer
     decode_config: DecodeConfig
     data_config: DataConfig
+    global_step: int | None = None  # optimiser steps trained; None for a file not written by training
+    best_bleu: float | None = None  # the best validation BLEU when it was written
 
 
 def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
@@ -81,7 +134,7 @@ def load_model(path: str | Path, map_location: str | torch.device = "cpu") -> Lo
             f"{path}: its tokenizer ({tokenizer.src_vocab_size}/{tokenizer.tgt_vocab_size} tokens) does not "
             f"belong to its model ({vocab_sizes[0]}/{vocab_sizes[1]})"
         )
-    model = Transformer(model_cfg, *vocab_sizes, PAD_ID)
+    model = Transformer(model_cfg, *vocab_sizes)
     prefix = meta.get("weights_prefix", MODEL_PREFIX)  # the validated weights: EMA when trained with it
     weights = {
         name[len(prefix) :]: tensor
@@ -94,4 +147,11 @@ def load_model(path: str | Path, map_location: str | torch.device = "cpu") -> Lo
         raise CheckpointError(
             f"{path}: weights do not match its model config: {str(err).splitlines()[0]}"
         ) from err
-    return LoadedModel(model.to(map_location).eval(), tokenizer, decode_cfg, data_cfg)
+    return LoadedModel(
+        model.to(map_location).eval(),
+        tokenizer,
+        decode_cfg,
+        data_cfg,
+        checkpoint.get("global_step"),
+        meta.get("best_bleu"),
+    )

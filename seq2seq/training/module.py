@@ -1,7 +1,7 @@
 """The LightningModule: loss, optimiser, schedule, logging and validation BLEU.
 
 It takes plain dicts of config so ``save_hyperparameters`` and ``load_from_checkpoint``
-work; the tokenizer travels in the checkpoint under ``checkpoint["seq2seq"]``.
+work; the tokenizer travels in the checkpoint's entry (:mod:`seq2seq.training.checkpoint`).
 """
 
 from __future__ import annotations
@@ -18,11 +18,12 @@ from torch import Tensor
 
 from seq2seq.config import DataConfig, DecodeConfig, ModelConfig, OptimConfig
 from seq2seq.data.batching import Batch
-from seq2seq.data.tokenizer import PAD_ID, TranslationTokenizer
+from seq2seq.data.tokenizer import TranslationTokenizer
+from seq2seq.hardware import precision_dtype
 from seq2seq.inference.evaluation import score
 from seq2seq.inference.translator import Translator
 from seq2seq.model import Transformer
-from seq2seq.training.checkpoint import KEY, inference_state
+from seq2seq.training.checkpoint import KEY, entry, resume_state
 from seq2seq.training.loss import label_smoothed_loss
 
 log = logging.getLogger(__name__)
@@ -62,7 +63,8 @@ class TranslationModule(pl.LightningModule):
         self.optim_cfg = OptimConfig(**optim)
         self.decode_cfg = DecodeConfig(**decode)
         self.data_cfg = DataConfig(**data)
-        self.model = Transformer(self.model_cfg, src_vocab_size, tgt_vocab_size, PAD_ID)
+        # `model` and `ema_model` name the weights in the state dict (checkpoint.MODEL_PREFIX/EMA_PREFIX).
+        self.model = Transformer(self.model_cfg, src_vocab_size, tgt_vocab_size)
         # A running average of the weights is a better model than the noisy latest one while the
         # learning rate is still high, i.e. for the whole of a short run; it is what gets validated.
         self.ema_model = (
@@ -85,12 +87,13 @@ class TranslationModule(pl.LightningModule):
     def _shared_step(self, batch: Batch, stage: str) -> Tensor:
         model = self.model if stage == "train" else self.eval_model
         logits = model(batch.src, batch.tgt_in)
+        pad_id = self.model.pad_id
         loss_sum, nll_sum, n_tokens = label_smoothed_loss(
-            logits, batch.tgt_out, self.optim_cfg.label_smoothing
+            logits, batch.tgt_out, self.optim_cfg.label_smoothing, pad_id
         )
         n = int(n_tokens)
         loss, nll = loss_sum / n_tokens, nll_sum / n_tokens
-        correct = ((logits.argmax(-1) == batch.tgt_out) & (batch.tgt_out != PAD_ID)).sum()
+        correct = ((logits.argmax(-1) == batch.tgt_out) & (batch.tgt_out != pad_id)).sum()
         on_step = stage == "train"
         self.log(f"{stage}/loss", loss, batch_size=n, prog_bar=True, on_step=on_step, on_epoch=not on_step)
         self.log(f"{stage}/nll", nll, batch_size=n, on_step=on_step, on_epoch=not on_step)
@@ -108,7 +111,8 @@ class TranslationModule(pl.LightningModule):
                 )
             log.warning("skipping batch %d: non-finite loss at step %d", batch_idx, self.global_step)
             return None
-        tokens = int((batch.src != PAD_ID).sum() + (batch.tgt_out != PAD_ID).sum())
+        pad_id = self.model.pad_id
+        tokens = int((batch.src != pad_id).sum() + (batch.tgt_out != pad_id).sum())
         now = time.perf_counter()
         elapsed, self._step_started = now - self._step_started, now
         self.log("train/tokens_per_s", tokens / max(elapsed, 1e-6), prog_bar=True, on_step=True, batch_size=1)
@@ -129,7 +133,15 @@ class TranslationModule(pl.LightningModule):
         sources, references = self.trainer.datamodule.references("valid")
         if not sources:
             return
-        translator = Translator(self.eval_model, self.tokenizer, self.decode_cfg, self.device)
+        dtype = precision_dtype(str(self.trainer.precision))  # decode as training computes
+        translator = Translator(
+            self.eval_model,
+            self.tokenizer,
+            self.decode_cfg,
+            self.device,
+            self.data_cfg.eval_max_tokens,
+            dtype,
+        )
         hypotheses = [best.text for best, *_ in translator.translate(sources)]
         self.val_samples = (sources, references, hypotheses)
         scores = score(hypotheses, references)
@@ -167,12 +179,16 @@ class TranslationModule(pl.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         if self.tokenizer is None:
             raise RuntimeError("attach the tokenizer before saving: checkpoints must be self-contained")
-        checkpoint[KEY] = inference_state(self.model_cfg, self.decode_cfg, self.data_cfg, self.tokenizer)
-        checkpoint[KEY]["best_bleu"] = self.best_bleu
-        checkpoint[KEY]["weights_prefix"] = "ema_model." if self.ema_model is not None else "model."
+        checkpoint[KEY] = entry(
+            self.model_cfg,
+            self.decode_cfg,
+            self.data_cfg,
+            self.tokenizer,
+            self.best_bleu,
+            ema=self.ema_model is not None,
+        )
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        meta = checkpoint.get(KEY, {})
-        if "tokenizer" in meta:
-            self.tokenizer = TranslationTokenizer.from_dict(meta["tokenizer"])
-        self.best_bleu = meta.get("best_bleu", 0.0)
+        tokenizer, self.best_bleu = resume_state(checkpoint)
+        if tokenizer is not None:
+            self.tokenizer = tokenizer

@@ -2,30 +2,33 @@
 
 from __future__ import annotations
 
+import statistics
+
 import pytorch_lightning as pl
-import torch
-from matplotlib.figure import Figure
 from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.utilities import rank_zero_only
-from torch import Tensor
 
-from seq2seq.data.tokenizer import BOS_ID, EOS_ID, token_labels
+from seq2seq.data.tokenizer import EOS_ID, TranslationTokenizer
+from seq2seq.hardware import describe
+from seq2seq.inference.attention_views import (
+    AttentionKind,
+    SentenceAttention,
+    grid_figure,
+    heatmap_figure,
+    sentence_attention,
+)
 
 
-def attention_figure(weights: Tensor, query_tokens: list[str], key_tokens: list[str], title: str) -> Figure:
-    """Heatmap of attention weights (Tq, Tk) with token labels; no pyplot, so no display is needed."""
-    fig = Figure(figsize=(1 + 0.4 * len(key_tokens), 1 + 0.4 * len(query_tokens)))
-    ax = fig.subplots()
-    ax.imshow(weights.float().cpu().numpy(), cmap="viridis", vmin=0.0, aspect="auto")
-    ax.set_xticks(range(len(key_tokens)), key_tokens, rotation=90, fontsize=8)
-    ax.set_yticks(range(len(query_tokens)), query_tokens, fontsize=8)
-    ax.set_title(title, fontsize=9)
-    fig.tight_layout()
-    return fig
+def typical_sentence(tokenizer: TranslationTokenizer, sources: list[str]) -> int:
+    """Index of the first source whose token length is closest to the median: a sentence of usual
+    length, the same one at every validation since the validation split is fixed."""
+    lengths = [len(ids) for ids in tokenizer.encode_source(sources)]
+    median = statistics.median(lengths)
+    return min(range(len(lengths)), key=lambda i: abs(lengths[i] - median))
 
 
 class TensorBoardPanels(pl.Callback):
-    """Each validation: a text table of the first validation translations, attention maps of the first."""
+    """Each validation: a text table of the first validation translations, attention maps of a typical one."""
 
     def __init__(self, n_samples: int = 4, attention_images: bool = True) -> None:
         self.n_samples = n_samples
@@ -37,8 +40,9 @@ class TensorBoardPanels(pl.Callback):
     @rank_zero_only
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         logger = self._logger(trainer)
-        if logger is not None:
-            logger.log_hyperparams(pl_module.hparams, {"hp/best_bleu": 0.0})
+        if logger is not None:  # the resolved precision and the machine, so a run can be reproduced
+            hparams = {**pl_module.hparams, "precision": str(trainer.precision), "hardware": describe()}
+            logger.log_hyperparams(hparams, {"hp/best_bleu": 0.0})
 
     @rank_zero_only
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -57,32 +61,27 @@ class TensorBoardPanels(pl.Callback):
             table = "\n".join(["| source | reference(s) | hypothesis |", "|---|---|---|", *rows])
             logger.experiment.add_text("val/samples", table, step)
         if self.attention_images:
-            for name, fig in self._attention_figures(pl_module, sources[0], hypotheses[0]).items():
-                logger.experiment.add_figure(f"attention/{name}", fig, step)
+            typical = typical_sentence(pl_module.tokenizer, sources)
+            attention = self._attention(pl_module, sources[typical], hypotheses[typical])
+            for kind in AttentionKind:
+                rows, columns = attention.axes(kind)
+                last_layer = attention.maps[kind][-1].mean(0)  # (H, Tq, Tk) -> (Tq, Tk)
+                figure = heatmap_figure(last_layer, rows, columns, f"{kind.title}, last layer, mean of heads")
+                logger.experiment.add_figure(f"attention/{kind.value}", figure, step)
+                logger.experiment.add_figure(
+                    f"attention/{kind.value}_grid", grid_figure(attention, kind), step
+                )
 
-    def _attention_figures(self, pl_module: pl.LightningModule, source: str, hypothesis: str) -> dict:
-        """Last-layer, head-averaged encoder self, decoder self and cross attention for one pair."""
+    def _attention(self, pl_module: pl.LightningModule, source: str, hypothesis: str) -> SentenceAttention:
+        """Every layer's and head's maps of the validation model for one (source, hypothesis) pair."""
         tokenizer = pl_module.tokenizer
-        src_ids = tokenizer.encode_source([source])[0] + [EOS_ID]
-        tgt_ids = [BOS_ID, *tokenizer.encode_target([hypothesis])[0]]
-        src_tokens = token_labels(tokenizer.src, src_ids)
-        tgt_tokens = token_labels(tokenizer.tgt, tgt_ids)
-        device = pl_module.device
         was_training = pl_module.training
         pl_module.eval()
-        with torch.no_grad():
-            maps = pl_module.eval_model.attention_maps(
-                torch.tensor([src_ids], device=device), torch.tensor([tgt_ids], device=device)
-            )
+        attention = sentence_attention(
+            pl_module.eval_model,
+            tokenizer,
+            [*tokenizer.encode_source([source])[0], EOS_ID],
+            tokenizer.encode_target([hypothesis])[0],
+        )
         pl_module.train(was_training)
-        return {
-            "encoder_self": attention_figure(
-                maps["encoder"][-1][0].mean(0), src_tokens, src_tokens, "encoder self"
-            ),
-            "decoder_self": attention_figure(
-                maps["decoder_self"][-1][0].mean(0), tgt_tokens, tgt_tokens, "decoder self (causal)"
-            ),
-            "cross": attention_figure(
-                maps["cross"][-1][0].mean(0), tgt_tokens, src_tokens, "cross (target→source)"
-            ),
-        }
+        return attention

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import shutil
-import warnings
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -30,7 +29,9 @@ from seq2seq.config import (
     validated,
 )
 from seq2seq.data.datamodule import TranslationDataModule
-from seq2seq.training.callbacks import AtomicCheckpointIO, InterruptBetweenBatches, SaveLast, ShuffleEachEpoch
+from seq2seq.data.resume import BatchOrder
+from seq2seq.hardware import describe, resolve_precision
+from seq2seq.training.callbacks import AtomicCheckpointIO, InterruptBetweenBatches, SaveLast
 from seq2seq.training.module import TranslationModule
 from seq2seq.training.monitoring import TensorBoardPanels
 
@@ -38,7 +39,6 @@ log = logging.getLogger(__name__)
 
 MIN_FREE_BYTES = 200 * 2**20  # refuse to start with less free disk than a few checkpoints need
 STARTUP_FILES = {".hydra", "train.log", "config.yaml", "tokenizer.json"}  # Hydra's and ours, before training
-RESUME_WARNING = "You're resuming from a checkpoint that ended before the epoch ended"
 
 
 def check_output_dir(path: Path) -> None:
@@ -64,6 +64,25 @@ def discard_unstarted_run(run_dir: Path) -> None:
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
+def device_type(accelerator: str) -> str:
+    """What Lightning will train on, for the precision rule: "cuda", "cpu" or the accelerator's name."""
+    if accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available()):
+        return "cuda"
+    return "cpu" if accelerator == "auto" else accelerator
+
+
+def settle_precision(cfg: DictConfig, model_cfg: ModelConfig) -> list[str]:
+    """Replace ``trainer.precision=auto`` by this machine's choice, so config.yaml and the hparams
+    hold a value that reproduces the run elsewhere; logs and returns the hardware and the reason."""
+    accelerator = str(cfg.trainer.get("accelerator", "auto"))
+    precision, reason = resolve_precision(cfg.trainer.precision, model_cfg, device_type(accelerator))
+    cfg.trainer.precision = precision
+    lines = [describe(), f"precision: {precision} ({reason})"]
+    for line in lines:
+        log.info("%s", line)
+    return lines
+
+
 def build_trainer(
     cfg: DictConfig, callbacks_cfg: CallbacksConfig, logger_cfg: LoggerConfig, run_dir: Path
 ) -> pl.Trainer:
@@ -73,7 +92,7 @@ def build_trainer(
         ModelCheckpoint(dirpath=ckpt_dir, filename="best", monitor="val/bleu", mode="max", save_top_k=1),
         SaveLast(ckpt_dir, callbacks_cfg.checkpoint_every_n_steps),
         InterruptBetweenBatches(),
-        ShuffleEachEpoch(),
+        BatchOrder(),
     ]
     if callbacks_cfg.early_stopping_patience:
         callbacks.append(
@@ -110,6 +129,11 @@ def train(cfg: DictConfig) -> dict[str, float]:
     decode_cfg = validated(DecodeConfig, cfg.decode, "decode")
     callbacks_cfg = validated(CallbacksConfig, cfg.callbacks, "callbacks")
     logger_cfg = validated(LoggerConfig, cfg.logger, "logger")
+    if decode_cfg.sampling:
+        raise ConfigError(
+            "decode.sampling=true would make val/bleu random; validation decodes deterministically "
+            "(sample at translate time: translate.py --sample)"
+        )
     if data_cfg.max_length + 2 > model_cfg.max_positions:
         raise ConfigError(
             f"data.max_length ({data_cfg.max_length}) + 2 exceeds "
@@ -119,7 +143,10 @@ def train(cfg: DictConfig) -> dict[str, float]:
         raise ConfigError(f"ckpt_path: no checkpoint at {cfg.ckpt_path}")
     run_dir = Path(cfg.output_dir)
     check_output_dir(run_dir)
-    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    header = settle_precision(cfg, model_cfg)
+    (run_dir / "config.yaml").write_text(
+        "".join(f"# {line}\n" for line in header) + OmegaConf.to_yaml(cfg, resolve=True)
+    )
     pl.seed_everything(cfg.seed, workers=True)
     if torch.cuda.is_available():
         torch.set_float32_matmul_precision("high")  # TF32 matmuls on Ampere+; no effect on CPU
@@ -144,9 +171,5 @@ def train(cfg: DictConfig) -> dict[str, float]:
     if cfg.compile:
         module.model.compile()  # in place, so checkpoint keys stay unchanged
     trainer = build_trainer(cfg, callbacks_cfg, logger_cfg, run_dir)
-    with warnings.catch_warnings():
-        # The batch sampler continues an interrupted epoch itself (TranslationDataModule.
-        # _continue_interrupted_epoch, tested in tests/test_faults.py); Lightning cannot see that.
-        warnings.filterwarnings("ignore", message=RESUME_WARNING)
-        trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.ckpt_path)
+    trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.ckpt_path)
     return {name: float(value) for name, value in trainer.callback_metrics.items()}

@@ -1,0 +1,179 @@
+"""What machine this is, and the numeric precision chosen from it.
+
+The same config must be fast on any machine: bf16 pays about 1.5x on a CPU with native bf16
+matrix instructions (AVX512-BF16, AMX) and costs about 3x where they are emulated. So the
+precision is read from the hardware (:func:`choose_precision`, a pure function of the CPU flags,
+the GPU's compute capability and a short timing probe) unless the config names one.
+:func:`describe` is the one line that every benchmark prints and every training run logs.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from seq2seq.config import ModelConfig
+
+AUTO = "auto"
+FLAGS_THAT_MATTER = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
+NATIVE_BF16 = frozenset({"avx512_bf16", "amx_bf16"})  # bf16 dot products in hardware
+PROBE_SECONDS = 2.0  # the most the CPU bf16 probe may take
+PROBE_FLOPS = 1e9  # fp32 work of one probe step: 5-10 ms on a 2-core CPU
+INFERENCE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """The facts the precision rule and the benchmarks' header need."""
+
+    cpu: str  # model name, trademarks stripped
+    flags: frozenset[str]  # those of FLAGS_THAT_MATTER this CPU has
+    cores: int  # CPUs this process may run on
+    threads: int  # torch's intra-op threads
+    torch_version: str
+    gpu: str | None  # name of CUDA device 0
+    capability: tuple[int, int] | None  # its compute capability
+
+    @property
+    def native_bf16(self) -> bool:
+        return bool(self.flags & NATIVE_BF16)
+
+
+def parse_cpuinfo(text: str) -> tuple[str, frozenset[str]]:
+    """CPU model name (trademarks dropped) and the flags that matter, from /proc/cpuinfo's text."""
+    fields = dict(re.findall(r"^(model name|flags)\s*:[ \t]*(.*)$", text, re.MULTILINE))
+    name = re.sub(r"\((R|TM|tm)\)|\bCPU\b|\s+Processor\b", "", fields.get("model name", platform.machine()))
+    flags = frozenset(fields.get("flags", "").split()) & frozenset(FLAGS_THAT_MATTER)
+    return " ".join(name.split()), flags
+
+
+def _cpu_model_and_flags() -> tuple[str, frozenset[str]]:
+    """From /proc/cpuinfo on Linux; elsewhere the platform's name and no flags (so fp32 on a CPU)."""
+    try:
+        return parse_cpuinfo(Path("/proc/cpuinfo").read_text(errors="replace"))
+    except OSError:
+        return platform.processor() or platform.machine(), frozenset()
+
+
+def usable_cores() -> int:
+    """CPUs this process may run on (its affinity mask, e.g. under taskset or a container quota)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def detect() -> Hardware:
+    cpu, flags = _cpu_model_and_flags()
+    gpu = capability = None
+    if torch.cuda.is_available():
+        gpu, capability = torch.cuda.get_device_name(0), torch.cuda.get_device_capability(0)
+    return Hardware(cpu, flags, usable_cores(), torch.get_num_threads(), torch.__version__, gpu, capability)
+
+
+def describe(hardware: Hardware | None = None) -> str:
+    """One line: CPU and flags, cores and threads, torch, GPU."""
+    hw = hardware or detect()
+    has = [flag for flag in FLAGS_THAT_MATTER if flag in hw.flags]
+    lacks = [flag for flag in FLAGS_THAT_MATTER if flag not in hw.flags]
+    flags = " ".join(has) + (f" (no {' '.join(lacks)})" if lacks else "")
+    gpu = f"{hw.gpu} (compute capability {hw.capability[0]}.{hw.capability[1]})" if hw.gpu else "none"
+    return (
+        f"hardware: cpu {hw.cpu}, flags {flags}, {hw.cores} cores, {hw.threads} threads, "
+        f"torch {hw.torch_version}, gpu {gpu}"
+    )
+
+
+def choose_precision(
+    device_type: str, hardware: Hardware, bf16_speedup: Callable[[], float]
+) -> tuple[str, str]:
+    """The precision ``auto`` means on a "cuda" or "cpu" device, and why: (Lightning precision, reason).
+
+    CUDA: bf16 from compute capability 8.0, fp16 with loss scaling on 7.x, fp32 below. CPU: bf16
+    only with native bf16 instructions and when ``bf16_speedup()`` (fp32 time / bf16 time of a
+    probe) shows it faster; fp32 otherwise. The probe is only called when the flags allow bf16.
+    """
+    if device_type == "cuda":
+        major, minor = hardware.capability or (0, 0)
+        where = f"{hardware.gpu}, compute capability {major}.{minor}"
+        if major >= 8:
+            return "bf16-mixed", f"{where}: bf16 tensor cores"
+        if major == 7:
+            return "16-mixed", f"{where}: fp16 tensor cores, no bf16"
+        return "32-true", f"{where}: no fp16/bf16 tensor cores"
+    where = f"{hardware.cpu}, {hardware.threads} threads"
+    if device_type != "cpu":
+        return "32-true", f"{device_type}: no precision rule for it, fp32 is safe"
+    if not hardware.native_bf16:
+        return "32-true", f"{where}: no AVX512-BF16/AMX"
+    speedup = bf16_speedup()
+    if speedup > 1.0:
+        return "bf16-mixed", f"{where}: native bf16, {speedup:.2f}x fp32 in the probe"
+    return "32-true", f"{where}: native bf16 but {speedup:.2f}x fp32 in the probe"
+
+
+def bf16_speedup(model_cfg: ModelConfig, budget_s: float = PROBE_SECONDS) -> float:
+    """fp32 time / bf16-autocast time of the model's feed-forward matmuls, forward and backward.
+
+    Tokens go through (D -> d_ff -> D), as many as make :data:`PROBE_FLOPS` (up to a training
+    batch's 4,096), so one step stays
+    short even where bf16 is emulated; repetitions alternate between the two dtypes and stop
+    before ``budget_s`` would be exceeded.
+    """
+    rows = min(4096, max(64, int(PROBE_FLOPS / (12 * model_cfg.d_model * model_cfg.d_ff)) // 64 * 64))
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(rows, model_cfg.d_model, generator=generator)
+    w_in = torch.randn(model_cfg.d_ff, model_cfg.d_model, generator=generator).requires_grad_()
+    w_out = torch.randn(model_cfg.d_model, model_cfg.d_ff, generator=generator).requires_grad_()
+
+    def step(dtype: torch.dtype) -> float:
+        start = time.perf_counter()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
+            out = torch.relu(x @ w_in.T) @ w_out.T  # (rows, D)
+        out.float().sum().backward()
+        return time.perf_counter() - start
+
+    deadline = time.perf_counter() + budget_s
+    times = {dtype: [step(dtype)] for dtype in (torch.float32, torch.bfloat16)}  # warm-up
+    while len(times[torch.float32]) < 6:
+        pair = times[torch.float32][-1] + times[torch.bfloat16][-1]
+        if time.perf_counter() + pair > deadline:
+            break
+        for dtype, seconds in times.items():
+            seconds.append(step(dtype))
+    # Past the warm-up when there was time for more (first calls pay for allocation and setup).
+    fp32, bf16 = (seconds[1:] or seconds for seconds in times.values())
+    return statistics.median(fp32) / statistics.median(bf16)
+
+
+def resolve_precision(
+    requested: str | int, model_cfg: ModelConfig, device_type: str
+) -> tuple[str | int, str]:
+    """``requested`` unchanged unless it is "auto"; then :func:`choose_precision` on this machine."""
+    if requested != AUTO:
+        return requested, "set explicitly"
+    return choose_precision(device_type, detect(), lambda: bf16_speedup(model_cfg))
+
+
+def precision_dtype(precision: str) -> torch.dtype:
+    """The compute dtype of a Lightning precision ("bf16-mixed" -> bfloat16, "32-true" -> float32)."""
+    if precision.startswith("bf16"):
+        return torch.bfloat16
+    if precision.startswith("16"):
+        return torch.float16
+    return torch.float32
+
+
+def resolve_dtype(requested: str, model_cfg: ModelConfig, device_type: str) -> tuple[torch.dtype, str]:
+    """Inference dtype: a name from :data:`INFERENCE_DTYPES`, or "auto" for the training rule's choice."""
+    if requested != AUTO:
+        return INFERENCE_DTYPES[requested], "set explicitly"
+    precision, reason = choose_precision(device_type, detect(), lambda: bf16_speedup(model_cfg))
+    return precision_dtype(precision), reason

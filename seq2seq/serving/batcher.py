@@ -1,0 +1,170 @@
+"""Dynamic batching: one worker thread owns the model, and requests that arrive together share a call.
+
+A sentence decoded alone leaves the matrix multiplies tiny; many decoded together cost little
+more. Requests wait in a bounded queue. The worker takes the oldest, waits at most ``max_wait_s``
+for others, groups what it has by identical decoding settings and makes one
+:meth:`Translator.translate` call per group, which packs the sentences into token-budget batches.
+Each sentence's result is what ``translate`` gives it alone (batched decoding equals one-by-one
+decoding), whatever else is in the batch. Other model work (attention maps) runs on the same
+thread between batches, so the model is never used by two threads at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+from seq2seq.config import DecodeConfig
+from seq2seq.inference.translator import Translation, Translator
+from seq2seq.serving.metrics import ServingMetrics
+
+log = logging.getLogger(__name__)
+
+MAX_GATHER_SENTENCES = 512  # stop gathering at this many sentences: latency stays bounded under load
+
+
+class QueueFullError(RuntimeError):
+    """The request queue is full (or the server is stopping): the client should retry later."""
+
+
+@dataclass
+class _TranslateJob:
+    texts: list[str]
+    settings: DecodeConfig
+    future: Future[list[list[Translation]]] = field(default_factory=Future)
+
+
+@dataclass
+class _CallJob:
+    call: Callable[[], Any]
+    future: Future[Any] = field(default_factory=Future)
+
+
+_STOP = object()  # queued by close(): everything before it is still served
+
+
+class DynamicBatcher:
+    """Queue + worker thread around a :class:`Translator`; submit from any thread, get a Future."""
+
+    def __init__(
+        self,
+        translator: Translator,
+        queue_size: int,
+        max_wait_s: float = 0.005,
+        metrics: ServingMetrics | None = None,
+    ) -> None:
+        self.translator = translator
+        self.max_wait_s = max_wait_s
+        self.metrics = metrics or ServingMetrics()
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=queue_size)
+        self._held: Any = None  # a job taken while gathering that cannot join the batch
+        self._closed = False
+        self._thread = threading.Thread(target=self._work, name="seq2seq-batcher", daemon=True)
+
+    @property
+    def depth(self) -> int:
+        """Requests waiting for the worker."""
+        return self._queue.qsize()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def translate(self, texts: list[str], settings: DecodeConfig) -> Future[list[list[Translation]]]:
+        """Queue ``texts``; the Future gets their n-best lists in order, as ``Translator.translate``."""
+        return self._put(_TranslateJob(texts, settings)).future
+
+    def call(self, function: Callable[[], Any]) -> Future[Any]:
+        """Run ``function`` on the worker thread, alone, when its turn comes."""
+        return self._put(_CallJob(function)).future
+
+    def close(self) -> None:
+        """Stop accepting work, finish everything queued, then stop the worker (blocks until it has)."""
+        if self._closed or not self._thread.is_alive():
+            self._closed = True
+            return
+        self._closed = True
+        self._queue.put(_STOP)  # blocks while the queue is full; the worker is draining it
+        self._thread.join()
+
+    def _put(self, job: _TranslateJob | _CallJob) -> _TranslateJob | _CallJob:
+        if self._closed:
+            raise QueueFullError("the server is shutting down")
+        try:
+            self._queue.put_nowait(job)
+        except queue.Full:
+            raise QueueFullError(f"the request queue is full ({self._queue.maxsize} waiting)") from None
+        return job
+
+    def _next(self) -> Any:
+        job, self._held = self._held, None
+        return job if job is not None else self._queue.get()
+
+    def _work(self) -> None:
+        while (job := self._next()) is not _STOP:
+            if isinstance(job, _CallJob):
+                _run(job.future, job.call)
+            else:
+                self._translate(self._gather(job))
+        while True:  # a job that raced close() past the stop mark is refused, not left hanging
+            try:
+                late = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            if late.future.set_running_or_notify_cancel():
+                late.future.set_exception(QueueFullError("the server is shutting down"))
+
+    def _gather(self, first: _TranslateJob) -> list[_TranslateJob]:
+        """``first`` plus the translation jobs that arrive within ``max_wait_s`` of taking it."""
+        jobs, sentences = [first], len(first.texts)
+        deadline = time.monotonic() + self.max_wait_s
+        while sentences < MAX_GATHER_SENTENCES:
+            try:
+                job = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            if not isinstance(job, _TranslateJob):
+                self._held = job
+                break
+            jobs.append(job)
+            sentences += len(job.texts)
+        return jobs
+
+    def _translate(self, jobs: list[_TranslateJob]) -> None:
+        """One ``translate`` call per group of identical settings; results go back job by job."""
+        live = [job for job in jobs if job.future.set_running_or_notify_cancel()]  # drop abandoned ones
+        groups: list[tuple[DecodeConfig, list[_TranslateJob]]] = []
+        for job in live:
+            group = next((g for settings, g in groups if settings == job.settings), None)
+            if group is None:
+                groups.append((job.settings, [job]))
+            else:
+                group.append(job)
+        for settings, group in groups:
+            texts = [text for job in group for text in job.texts]
+            try:
+                results = list(self.translator.translate(texts, settings))
+            except Exception as err:  # the requests fail with it; the worker keeps serving
+                log.exception("translation of a batch of %d sentences failed", len(texts))
+                for job in group:
+                    job.future.set_exception(err)
+                continue
+            self.metrics.batch(len(group), len(texts))
+            start = 0
+            for job in group:
+                job.future.set_result(results[start : start + len(job.texts)])
+                start += len(job.texts)
+
+
+def _run(future: Future[Any], function: Callable[[], Any]) -> None:
+    if not future.set_running_or_notify_cancel():
+        return
+    try:
+        future.set_result(function())
+    except Exception as err:
+        future.set_exception(err)

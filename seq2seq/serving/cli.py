@@ -1,0 +1,160 @@
+"""Command line behind ``serve.py`` and ``python -m seq2seq.serve``: load, say what is served, run uvicorn.
+
+The listening socket is bound before the address is printed, so ``--port 0`` (any free port)
+prints the real port and a client that connects right after the line is printed waits for
+the app instead of being refused. SIGTERM or Ctrl-C starts uvicorn's graceful shutdown: no new
+connections, requests in flight finish, the batcher serves what is queued, and the process
+exits 0. A second Ctrl-C stops at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import signal
+import socket
+import sys
+from collections.abc import Iterator
+
+import uvicorn
+
+from seq2seq.inference.translator import DEFAULT_BATCH_TOKENS, Translator, resolve_device
+from seq2seq.serving.app import create_app
+from seq2seq.serving.batcher import DynamicBatcher
+from seq2seq.serving.service import DEFAULT_MAX_INPUT_CHARS, Limits, TranslationService
+from seq2seq.training.checkpoint import CheckpointError, LoadedModel, load_model
+
+PROG = "serve.py"
+GRACEFUL_TIMEOUT_S = 30  # requests still running after this long at shutdown are cancelled
+
+
+class UsageError(Exception):
+    """Bad command-line arguments."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line instead of usage + exit
+        raise UsageError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog=PROG, description="Serve a trained seq2seq checkpoint over HTTP, with a web page.")
+    parser.add_argument("--ckpt", required=True, metavar="PATH", help="checkpoint written by train.py")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8000, help="default: 8000; 0 picks a free port")
+    parser.add_argument("--device", choices=["cpu", "cuda", "auto"], default="auto", help="default: auto")
+    parser.add_argument(
+        "--batch-tokens",
+        type=int,
+        default=DEFAULT_BATCH_TOKENS,
+        metavar="N",
+        help=f"padded source tokens per model batch (default: {DEFAULT_BATCH_TOKENS})",
+    )
+    parser.add_argument(
+        "--queue-size", type=int, default=256, metavar="N", help="requests waiting before 503 (default: 256)"
+    )
+    parser.add_argument(
+        "--max-input-chars",
+        type=int,
+        default=DEFAULT_MAX_INPUT_CHARS,
+        metavar="N",
+        help=f"longest sentence accepted, in characters; longer get 413 (default: {DEFAULT_MAX_INPUT_CHARS})",
+    )
+    parser.add_argument(
+        "--max-wait-ms",
+        type=float,
+        default=5.0,
+        metavar="MS",
+        help="how long a request may wait for others to share its model call (default: 5)",
+    )
+    parser.add_argument("--access-log", action="store_true", help="log every request (off: see /metrics)")
+    return parser
+
+
+def _check(args: argparse.Namespace) -> None:
+    for name in ("batch_tokens", "queue_size", "max_input_chars"):
+        if getattr(args, name) < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
+    if not 0 <= args.port <= 65535:
+        raise UsageError(f"--port must be in 0..65535, got {args.port}")
+    if args.max_wait_ms < 0:
+        raise UsageError(f"--max-wait-ms must be >= 0, got {args.max_wait_ms}")
+
+
+def describe(loaded: LoadedModel, path: str) -> str:
+    """One line about the model: size, shape, training step and validation BLEU."""
+    cfg = loaded.model.cfg
+    parameters = sum(p.numel() for p in loaded.model.parameters())
+    step = "unknown" if loaded.global_step is None else loaded.global_step
+    bleu = "unknown" if loaded.best_bleu is None else f"{loaded.best_bleu:.2f}"
+    return (
+        f"model {path}: {parameters / 1e6:.2f} M parameters (d_model {cfg.d_model}, "
+        f"{cfg.n_encoder_layers}+{cfg.n_decoder_layers} layers, {cfg.n_heads} heads), "
+        f"step {step}, val BLEU {bleu}"
+    )
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host``:``port`` (IPv4 or IPv6, as the host name resolves)."""
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+@contextlib.contextmanager
+def _exit_zero_after_graceful_shutdown() -> Iterator[None]:
+    """uvicorn re-raises the SIGINT/SIGTERM it handled once it has shut down, so the process dies
+    of it; a server that drained cleanly should exit 0, so the re-raised signal is ignored here."""
+    previous = {sig: signal.signal(sig, lambda *_: None) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def run(args: argparse.Namespace) -> int:
+    _check(args)
+    device = resolve_device(args.device)
+    loaded = load_model(args.ckpt, map_location=device)
+    translator = Translator(loaded.model, loaded.tokenizer, loaded.decode_config, device, args.batch_tokens)
+    batcher = DynamicBatcher(translator, args.queue_size, args.max_wait_ms / 1000)
+    service = TranslationService(loaded, args.ckpt, batcher, Limits(args.max_input_chars, args.queue_size))
+    sock = listen(args.host, args.port)
+    host, port = sock.getsockname()[:2]
+    url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+    print(f"{describe(loaded, args.ckpt)}, on {device}", flush=True)
+    print(f"serving on {url} (page {url}/, API docs {url}/docs, metrics {url}/metrics)", flush=True)
+    config = uvicorn.Config(
+        create_app(service),
+        log_level="info",
+        access_log=args.access_log,
+        timeout_graceful_shutdown=GRACEFUL_TIMEOUT_S,
+    )
+    with _exit_zero_after_graceful_shutdown():
+        uvicorn.Server(config).run(sockets=[sock])
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the server until SIGTERM or Ctrl-C; expected failures print one line and return non-zero."""
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(name)s: %(message)s")
+    try:
+        return run(build_parser().parse_args(argv))
+    except UsageError as err:
+        print(f"{PROG}: error: {err} (see --help)", file=sys.stderr)
+        return 2
+    except (CheckpointError, ValueError, OSError) as err:  # OSError: e.g. the port is taken
+        message = str(err).splitlines()[0] if str(err) else type(err).__name__
+        print(f"{PROG}: error: {message}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:  # while loading, before the server handles Ctrl-C itself
+        return 130

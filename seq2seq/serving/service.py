@@ -1,0 +1,132 @@
+"""What the routes ask of the model: checked decoding settings, batched translations, attention maps.
+
+Kept apart from the FastAPI wiring so the limits and the payloads read as plain Python. Every
+check raises :class:`InputError` with the HTTP status and a one-line message for the client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from torch import Tensor
+
+from seq2seq.config import DecodeConfig
+from seq2seq.inference.attention_views import AttentionKind, translate_with_attention
+from seq2seq.inference.translator import Translator
+from seq2seq.serving.batcher import DynamicBatcher
+from seq2seq.serving.schemas import (
+    MAX_BEAM,
+    MAX_TEXTS,
+    AttentionResponse,
+    Hypothesis,
+    InfoResponse,
+    TranslationResult,
+)
+from seq2seq.training.checkpoint import LoadedModel
+
+DEFAULT_MAX_INPUT_CHARS = 1000
+ATTENTION_DECIMALS = 4  # enough for a heatmap, and keeps the JSON small
+
+
+class InputError(ValueError):
+    """A request the server understood but will not serve: ``status`` 413 or 422."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one request may ask for (the server's command-line options)."""
+
+    max_input_chars: int = DEFAULT_MAX_INPUT_CHARS
+    queue_size: int = 256
+
+
+class TranslationService:
+    """The loaded model behind the batcher, with the checks and payloads of each route."""
+
+    def __init__(
+        self, loaded: LoadedModel, checkpoint: str | Path, batcher: DynamicBatcher, limits: Limits
+    ) -> None:
+        self.loaded = loaded
+        self.checkpoint = Path(checkpoint).name
+        self.batcher = batcher
+        self.limits = limits
+
+    @property
+    def translator(self) -> Translator:
+        return self.batcher.translator
+
+    def settings(self, beam: int | None, nbest: int | None, max_len: int | None) -> DecodeConfig:
+        """The checkpoint's decoding settings with the request's overrides, or an InputError."""
+        default = self.translator.decode_cfg
+        beam = beam or default.beam_size
+        if nbest is not None and nbest > beam:
+            raise InputError(422, f"nbest ({nbest}) must be <= beam ({beam})")
+        max_positions = self.loaded.model.cfg.max_positions
+        if max_len is not None and max_len > max_positions:
+            raise InputError(
+                422, f"max_len ({max_len}) must be <= the model's max_positions ({max_positions})"
+            )
+        settings = self.translator.settings(beam=beam, nbest=nbest)
+        return settings if max_len is None else replace(settings, max_len_a=0.0, max_len_b=max_len)
+
+    def check_lengths(self, texts: list[str]) -> None:
+        limit = self.limits.max_input_chars
+        for i, text in enumerate(texts):
+            if len(text) > limit:
+                raise InputError(413, f"text {i} has {len(text)} characters; this server accepts {limit}")
+
+    async def translate(self, texts: list[str], settings: DecodeConfig) -> list[TranslationResult]:
+        self.check_lengths(texts)
+        results = await asyncio.wrap_future(self.batcher.translate(texts, settings))
+        return [
+            TranslationResult(
+                text=nbest[0].text,
+                score=nbest[0].score,
+                nbest=[Hypothesis(text=t.text, score=t.score) for t in nbest],
+            )
+            for nbest in results
+        ]
+
+    async def attention(self, text: str, settings: DecodeConfig) -> AttentionResponse:
+        self.check_lengths([text])
+        if not text.strip():
+            raise InputError(422, "text is blank: there is no attention to show")
+        return await asyncio.wrap_future(self.batcher.call(lambda: self._attention(text, settings)))
+
+    def _attention(self, text: str, settings: DecodeConfig) -> AttentionResponse:
+        """Runs on the batcher's thread: the model is used by one thread only."""
+        translation, attention = translate_with_attention(self.translator, text, settings)
+        return AttentionResponse(
+            translation=translation.text,
+            score=translation.score,
+            source_tokens=attention.source,
+            target_tokens=attention.target,
+            output_tokens=attention.output,
+            **{kind.value: _rounded(attention.maps[kind]) for kind in AttentionKind},
+        )
+
+    def info(self) -> InfoResponse:
+        model = self.loaded.model
+        return InfoResponse(
+            checkpoint=self.checkpoint,
+            parameters=sum(p.numel() for p in model.parameters()),
+            step=self.loaded.global_step,
+            val_bleu=self.loaded.best_bleu,
+            src_vocab_size=self.loaded.tokenizer.src_vocab_size,
+            tgt_vocab_size=self.loaded.tokenizer.tgt_vocab_size,
+            model=asdict(model.cfg),
+            decoding=asdict(self.translator.decode_cfg),
+            limits={**asdict(self.limits), "max_beam": MAX_BEAM, "max_texts": MAX_TEXTS},
+        )
+
+
+def _rounded(weights: Tensor) -> list:
+    """(L, H, Tq, Tk) -> nested lists of floats with :data:`ATTENTION_DECIMALS` decimals."""
+    scale = 10**ATTENTION_DECIMALS
+    return (weights.double() * scale).round().div(scale).tolist()

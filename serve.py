@@ -1,0 +1,11 @@
+"""Serve a trained checkpoint over HTTP, e.g. ``python serve.py --ckpt model.ckpt --port 8000``.
+
+A thin wrapper: the logic lives in :mod:`seq2seq.serving.cli` (see ``--help``).
+"""
+
+import sys
+
+from seq2seq.serving.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,58 @@
+"""The checkpoint entry: its keys stay those older checkpoints have, and such checkpoints still load."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+from tiny import tiny_tokenizer
+
+from seq2seq.config import DataConfig, DecodeConfig, ModelConfig
+from seq2seq.model import Transformer
+from seq2seq.training.checkpoint import entry, load_model, resume_state, save_atomically
+
+ENTRY_KEYS = {  # what checkpoints written by earlier versions carry under checkpoint["seq2seq"]
+    "model_config",
+    "decode_config",
+    "data_config",
+    "tokenizer",
+    "src_vocab_size",
+    "tgt_vocab_size",
+    "best_bleu",
+    "weights_prefix",
+}
+
+
+def test_an_entry_in_the_layout_of_older_checkpoints_loads(tiny_model_cfg: ModelConfig, tmp_path: Path):
+    tokenizer = tiny_tokenizer()
+    vocab = tokenizer.src_vocab_size
+    torch.manual_seed(0)
+    trained, averaged = Transformer(tiny_model_cfg, vocab, vocab), Transformer(tiny_model_cfg, vocab, vocab)
+    state = {f"model.{k}": v for k, v in trained.state_dict().items()}
+    state |= {f"ema_model.{k}": v for k, v in averaged.state_dict().items()}
+    old_entry = {
+        "model_config": asdict(tiny_model_cfg),
+        "decode_config": asdict(DecodeConfig(beam_size=3)),
+        "data_config": asdict(DataConfig(eval_max_tokens=8192)),
+        "tokenizer": tokenizer.to_dict(),
+        "src_vocab_size": vocab,
+        "tgt_vocab_size": vocab,
+        "best_bleu": 12.5,
+        "weights_prefix": "ema_model.",
+    }
+    checkpoint = {"state_dict": state, "seq2seq": old_entry}
+    save_atomically(checkpoint, tmp_path / "old.ckpt")
+    loaded = load_model(tmp_path / "old.ckpt")
+    assert loaded.decode_config.beam_size == 3 and loaded.data_config.eval_max_tokens == 8192
+    for name, weight in loaded.model.state_dict().items():  # the moving average, as validated
+        torch.testing.assert_close(weight, averaged.state_dict()[name], rtol=0, atol=0)
+    resumed = resume_state(checkpoint)
+    assert resumed.best_bleu == 12.5 and resumed.tokenizer.to_dict() == tokenizer.to_dict()
+
+
+def test_the_entry_keeps_its_keys(tiny_model_cfg: ModelConfig) -> None:
+    written = entry(tiny_model_cfg, DecodeConfig(), DataConfig(), tiny_tokenizer(), 3.0, ema=True)
+    assert set(written) == ENTRY_KEYS
+    assert (written["best_bleu"], written["weights_prefix"]) == (3.0, "ema_model.")
+    assert entry(tiny_model_cfg, DecodeConfig(), DataConfig(), tiny_tokenizer())["weights_prefix"] == "model."

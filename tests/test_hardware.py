@@ -1,0 +1,198 @@
+"""The precision rule with faked CPU flags, probe results and GPU capabilities, and its use in training."""
+
+import math
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+import pytorch_lightning as pl
+import torch
+import yaml
+from compose import tiny_run
+
+from seq2seq.config import DecodeConfig, ModelConfig, OptimConfig
+from seq2seq.data.datamodule import TranslationDataModule
+from seq2seq.hardware import (
+    Hardware,
+    bf16_speedup,
+    choose_precision,
+    describe,
+    detect,
+    parse_cpuinfo,
+    precision_dtype,
+    resolve_dtype,
+    resolve_precision,
+)
+from seq2seq.inference.cli import main as translate_main
+from seq2seq.inference.translator import Translator
+from seq2seq.training.module import TranslationModule
+from seq2seq.training.run import train
+
+XEON = "processor\t: 0\nmodel name\t: Intel(R) Xeon(R) CPU @ 2.00GHz\nflags\t\t: fpu avx2 avx512f avx512bw\n"
+TINY = ModelConfig(d_model=32, n_heads=2, n_encoder_layers=2, n_decoder_layers=2, d_ff=64)  # model=tiny
+
+
+def machine(*flags: str, gpu: str | None = None, capability: tuple[int, int] | None = None) -> Hardware:
+    return Hardware("Test CPU", frozenset(flags), 2, 2, torch.__version__, gpu, capability)
+
+
+def probe_must_not_run() -> float:
+    raise AssertionError("the probe ran although the flags or the GPU already decide")
+
+
+@pytest.mark.parametrize(
+    ("capability", "expected"),
+    [
+        ((9, 0), "bf16-mixed"),
+        ((8, 0), "bf16-mixed"),
+        ((7, 5), "16-mixed"),
+        ((7, 0), "16-mixed"),
+        ((6, 1), "32-true"),
+    ],
+)
+def test_cuda_precision_follows_the_compute_capability(capability, expected):
+    hardware = machine("avx2", gpu="Some GPU", capability=capability)
+    precision, reason = choose_precision("cuda", hardware, probe_must_not_run)
+    assert precision == expected
+    assert f"compute capability {capability[0]}.{capability[1]}" in reason
+
+
+@pytest.mark.parametrize("flags", [(), ("avx2",), ("avx2", "avx512f"), ("avx512f", "amx_tile")])
+def test_cpu_without_native_bf16_trains_in_fp32_without_probing(flags):
+    precision, reason = choose_precision("cpu", machine(*flags), probe_must_not_run)
+    assert precision == "32-true"
+    assert reason == "Test CPU, 2 threads: no AVX512-BF16/AMX"
+
+
+@pytest.mark.parametrize("flag", ["avx512_bf16", "amx_bf16"])
+@pytest.mark.parametrize(("speedup", "expected"), [(1.5, "bf16-mixed"), (0.9, "32-true"), (1.0, "32-true")])
+def test_cpu_with_native_bf16_takes_bf16_only_when_the_probe_shows_it_faster(flag, speedup, expected):
+    calls = []
+    precision, reason = choose_precision("cpu", machine("avx2", flag), lambda: calls.append(1) or speedup)
+    assert (precision, calls) == (expected, [1])
+    assert f"{speedup:.2f}x fp32" in reason
+
+
+def test_other_accelerators_get_fp32():
+    assert choose_precision("mps", machine("avx512_bf16"), probe_must_not_run)[0] == "32-true"
+
+
+@pytest.mark.parametrize("requested", ["32-true", "bf16-mixed", "16-mixed", "64-true", 32])
+@pytest.mark.parametrize("device_type", ["cpu", "cuda"])
+def test_an_explicit_precision_is_never_overridden(requested, device_type):
+    assert resolve_precision(requested, TINY, device_type) == (requested, "set explicitly")
+
+
+def test_auto_resolves_to_a_concrete_precision_on_this_machine():
+    precision, reason = resolve_precision("auto", TINY, "cpu")
+    assert precision in {"32-true", "bf16-mixed"} and reason
+
+
+def test_inference_dtype_follows_the_same_rule_or_the_name_given():
+    assert resolve_dtype("bfloat16", TINY, "cpu") == (torch.bfloat16, "set explicitly")
+    assert resolve_dtype("float16", TINY, "cuda")[0] == torch.float16
+    dtype, _ = resolve_dtype("auto", TINY, "cpu")
+    assert dtype == torch.float32 if not detect().native_bf16 else dtype in {torch.float32, torch.bfloat16}
+    assert [precision_dtype(p) for p in ("bf16-mixed", "16-mixed", "32-true", "bf16-true")] == [
+        torch.bfloat16,
+        torch.float16,
+        torch.float32,
+        torch.bfloat16,
+    ]
+
+
+def test_cpuinfo_gives_the_model_name_and_only_the_flags_that_matter():
+    assert parse_cpuinfo(XEON) == ("Intel Xeon @ 2.00GHz", frozenset({"avx2", "avx512f"}))
+
+
+def test_describe_names_cpu_flags_threads_torch_and_gpu():
+    line = describe(machine("avx2", "avx512_bf16", gpu="NVIDIA H100", capability=(9, 0)))
+    assert line.startswith("hardware: cpu Test CPU, flags avx2 avx512_bf16 (no avx512f amx_bf16 amx_tile)")
+    assert "2 cores, 2 threads" in line and f"torch {torch.__version__}" in line
+    assert line.endswith("gpu NVIDIA H100 (compute capability 9.0)")
+    assert describe(machine()).endswith("gpu none")
+
+
+def test_probe_measures_a_speedup_within_its_budget():
+    started = time.perf_counter()
+    speedup = bf16_speedup(TINY, budget_s=0.5)
+    assert math.isfinite(speedup) and speedup > 0
+    assert time.perf_counter() - started < 3.0  # the budget, plus the warm-up pair on a loaded machine
+
+
+def run_files(run: Path) -> tuple[str, dict]:
+    """A finished run's config.yaml text and its TensorBoard hparams."""
+    hparams = yaml.safe_load((run / "tensorboard" / "hparams.yaml").read_text())
+    return (run / "config.yaml").read_text(), hparams
+
+
+@pytest.fixture(scope="module")
+def bf16_run(tmp_path_factory) -> Path:
+    """The tiny experiment trained with an explicit bf16-mixed (emulated where the CPU lacks it)."""
+    tmp_path = tmp_path_factory.mktemp("bf16")
+    train(tiny_run(tmp_path / "run", tmp_path / "cache", "trainer.precision=bf16-mixed"))
+    return tmp_path / "run"
+
+
+def test_training_records_the_concrete_precision_it_chose(tmp_path):
+    train(tiny_run(tmp_path / "run", tmp_path / "cache", "trainer.max_epochs=1"))
+    config, hparams = run_files(tmp_path / "run")
+    chosen = yaml.safe_load(config)["trainer"]["precision"]
+    assert chosen in {"32-true", "bf16-mixed"}
+    assert config.startswith("# hardware: cpu ") and f"# precision: {chosen} (" in config
+    assert hparams["precision"] == chosen and hparams["hardware"].startswith("hardware: cpu ")
+
+
+def test_training_keeps_an_explicit_precision(bf16_run):
+    config, hparams = run_files(bf16_run)
+    assert yaml.safe_load(config)["trainer"]["precision"] == "bf16-mixed"
+    assert "# precision: bf16-mixed (set explicitly)" in config
+    assert hparams["precision"] == "bf16-mixed"
+
+
+def test_validation_decodes_in_the_training_precision(tiny_data_cfg):
+    """A bf16-mixed trainer's validation translations are the bf16 translator's, not the fp32 one's."""
+    datamodule = TranslationDataModule(tiny_data_cfg)
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+    vocab = datamodule.tokenizer.src_vocab_size
+    pl.seed_everything(0)
+    module = TranslationModule(
+        asdict(TINY),
+        asdict(OptimConfig()),
+        asdict(DecodeConfig()),
+        asdict(tiny_data_cfg),
+        vocab,
+        vocab,
+        tokenizer=datamodule.tokenizer,
+    )
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        precision="bf16-mixed",
+        logger=False,
+        enable_progress_bar=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+    )
+    trainer.validate(module, datamodule=datamodule)
+    sources, _, hypotheses = module.val_samples
+    assert sources
+
+    def translate(dtype: torch.dtype) -> list[str]:
+        translator = Translator(module.eval_model, datamodule.tokenizer, module.decode_cfg, dtype=dtype)
+        return [best.text for best, *_ in translator.translate(sources)]
+
+    assert hypotheses == translate(torch.bfloat16)
+    assert hypotheses != translate(torch.float32)  # so the check above tells the two apart
+
+
+def test_translator_runs_each_dtype_and_refuses_an_unknown_one(bf16_run, capsys):
+    best = str(bf16_run / "checkpoints" / "best.ckpt")
+    for dtype in ("auto", "float32", "bfloat16", "float16"):
+        assert translate_main(["--ckpt", best, "--dtype", dtype, "I like coffee.", "Hello."]) == 0
+        assert len(capsys.readouterr().out.splitlines()) == 2
+    assert translate_main(["--ckpt", best, "--dtype", "fp8", "Hello."]) == 2
+    assert "argument --dtype: invalid choice: 'fp8'" in capsys.readouterr().err
+    translator = Translator.from_checkpoint(best, device="cpu", dtype="bfloat16")
+    assert translator.dtype == torch.bfloat16

@@ -1,0 +1,73 @@
+"""The Translator on a real tiny checkpoint: the API, streaming, truncation, and odd input."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import random
+from pathlib import Path
+
+from seq2seq.inference import translator as translate_module
+from seq2seq.inference.translator import Translator
+from seq2seq.training.checkpoint import load_model
+
+
+def best_texts(translator: Translator, texts, settings=None) -> list[str]:
+    return [best.text for best, *_ in translator.translate(texts, settings)]
+
+
+def test_stream_is_lazy_and_keeps_order(checkpoint: Path, monkeypatch) -> None:
+    monkeypatch.setattr(translate_module, "CHUNK_LINES", 3)
+    translator = Translator.from_checkpoint(checkpoint, device="cpu", batch_tokens=16)
+    sentences = ["I like coffee very much.", "Hi.", "", "Where is the station?", "Go."]
+    endless = itertools.cycle(sentences)  # would hang if the stream read everything first
+    streamed = [best.text for best, *_ in itertools.islice(translator.translate(endless), len(sentences))]
+    assert streamed == [best_texts(translator, [s])[0] for s in sentences]
+    assert streamed[2] == "" and all(streamed[i] for i in (0, 1, 3, 4))
+
+
+def test_long_input_is_truncated_with_one_warning(checkpoint: Path, caplog) -> None:
+    translator = Translator.from_checkpoint(checkpoint, device="cpu")
+    long_text = " ".join(["coffee"] * 200)
+    with caplog.at_level(logging.WARNING, logger="seq2seq.inference.translator"):
+        outputs = best_texts(translator, [long_text, long_text])
+    assert len(outputs) == 2 and all(outputs)
+    assert sum("max_positions" in record.getMessage() for record in caplog.records) == 1
+
+
+def test_batches_default_to_the_budget_validation_decodes_with(checkpoint: Path) -> None:
+    budget = load_model(checkpoint).data_config.eval_max_tokens
+    assert Translator.from_checkpoint(checkpoint, device="cpu").batch_tokens == budget
+    assert Translator.from_checkpoint(checkpoint, device="cpu", batch_tokens=16).batch_tokens == 16
+
+
+def test_in_memory_model_matches_loaded_checkpoint(checkpoint: Path, translator: Translator) -> None:
+    loaded = load_model(checkpoint)
+    in_memory = Translator(loaded.model, loaded.tokenizer, loaded.decode_config)
+    texts = ["Hi.", "I like coffee.", "Where is the station?"]
+    assert best_texts(in_memory, texts) == best_texts(translator, texts)
+    greedy = translator.settings(beam=1)
+    assert best_texts(translator, texts, greedy) == [best_texts(translator, [t], greedy)[0] for t in texts]
+
+
+def random_texts(rng: random.Random, count: int) -> list[str]:
+    """Random byte strings read as UTF-8 three ways, and random code points from every plane."""
+    texts = []
+    for _ in range(count):
+        raw = rng.randbytes(rng.randint(0, 60))
+        texts.append(raw.decode("utf-8", errors=rng.choice(["replace", "ignore", "surrogateescape"])))
+        texts.append(
+            "".join(
+                chr(rng.choice([rng.randint(0, 0xD7FF), rng.randint(0xE000, 0x10FFFF)]))
+                for _ in range(rng.randint(0, 30))
+            )
+        )
+    return texts
+
+
+def test_fuzz_random_bytes_and_code_points_translate_line_for_line(translator: Translator) -> None:
+    texts = random_texts(random.Random(1234), 150)
+    outputs = best_texts(translator, texts)
+    assert len(outputs) == len(texts)
+    assert all(isinstance(output, str) and "\n" not in output and "\r" not in output for output in outputs)
+    assert all(output == "" for text, output in zip(texts, outputs, strict=True) if not text.strip())
