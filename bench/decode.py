@@ -2,18 +2,20 @@
 
 (a) Greedy with the KV cache vs re-running the decoder over the whole prefix, at forced output
     lengths 16/32/64/128 (EOS is banned until the limit, so every sentence takes every step).
-(b) Our greedy and beam-4 search vs ``MarianMTModel.generate`` with identical sizes, random
-    weights and the same forced number of steps, on the same batch of real source sentences.
-    Needs ``transformers`` (the ``bench`` extra); skipped with a message when it is missing.
-(c) Beam 5 over 2,000 real sentences through the Translator (token-budget batches). Random weights
-    never end a sentence early: at the default limit (1.5·src+10) that is the worst case, at a limit
-    of src+1 it approximates a trained model's output lengths. ``--ckpt`` times a trained model.
+(b) Our greedy and beam-4 search vs ``MarianMTModel.generate`` and vs the same model exported to
+    CTranslate2 (float32 and int8 weights), with identical sizes, random weights and the same forced
+    number of steps, on the same batch of real source sentences. Marian needs ``transformers`` (the
+    ``bench`` extra); it is skipped with a message when it is missing.
+(c) Beam 5 over 2,000 real sentences through the PyTorch and the CTranslate2 translators (the same
+    token-budget batches). Random weights never end a sentence early: at the default limit (1.5·src+10)
+    that is the worst case, at a limit of src+1 it approximates a trained model's output lengths.
+    ``--ckpt`` times a trained model (exported on the fly) on its held-out test split.
 
 Repetitions are interleaved and medians reported. Ends with ``RATIO <name> <value> target <t>``.
 Run it on an otherwise idle machine: like ``translate.py``, it keeps OpenMP's default wait policy,
 whose spinning threads stall badly when another process takes their core.
 
-    python bench/decode.py [--size small] [--reps 3] [--ckpt model.ckpt] [--dtype bf16]   # ~4 min on 2 cores
+    python bench/decode.py [--size small] [--reps 3] [--ckpt model.ckpt] [--dtype bf16]
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import argparse
 import gzip
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -33,18 +36,21 @@ from omegaconf import OmegaConf
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from seq2seq.config import DecodeConfig, ModelConfig, validated  # noqa: E402
+from seq2seq.config import DataConfig, DecodeConfig, ModelConfig, validated  # noqa: E402
 from seq2seq.data import corpus  # noqa: E402
 from seq2seq.data.batching import pad_ids  # noqa: E402
 from seq2seq.data.tokenizer import EOS_ID, PAD_ID, TranslationTokenizer  # noqa: E402
 from seq2seq.decoding import generate, greedy_search  # noqa: E402
-from seq2seq.inference.translator import Translator  # noqa: E402
+from seq2seq.export.to_ctranslate2 import export_model  # noqa: E402
+from seq2seq.inference.ct2_translator import CT2Translator  # noqa: E402
+from seq2seq.inference.translator import Translator, TranslatorBase  # noqa: E402
 from seq2seq.model import Transformer  # noqa: E402
-from seq2seq.training.checkpoint import load_model  # noqa: E402
+from seq2seq.training.checkpoint import LoadedModel, load_model  # noqa: E402
 
 CORPUS = ROOT / "data" / "spa-eng" / "spa.txt.gz"
 VOCAB = {"tiny": 2000, "small": 8000}  # model size (configs/model/<size>.yaml) -> vocabulary size
 LENGTHS = (16, 32, 64, 128)
+QUANTIZATIONS = ("float32", "int8")  # CTranslate2 exports timed against ours and Marian
 
 
 def model_config(name: str) -> ModelConfig:
@@ -125,10 +131,17 @@ def marian_twin(cfg: ModelConfig, vocab: int) -> torch.nn.Module | None:
     return MarianMTModel(config).eval()
 
 
-def bench_marian(
-    model: Transformer, marian: torch.nn.Module, src: torch.Tensor, length: int, reps: int
+def bench_engines(
+    model: Transformer,
+    marian: torch.nn.Module | None,
+    engines: dict[str, TranslatorBase],
+    src: torch.Tensor,
+    length: int,
+    reps: int,
 ) -> dict[str, float]:
+    """(b): ours, Marian (when installed) and the CTranslate2 exports, greedy and beam 4, interleaved."""
     mask = src != PAD_ID
+    sources = [row[keep].tolist() for row, keep in zip(src, mask, strict=True)]  # ids with EOS, no padding
 
     def hf(beam: int) -> Callable[[], object]:
         def run() -> object:
@@ -144,28 +157,33 @@ def bench_marian(
 
         return run
 
-    runs = {
-        "ours greedy": lambda: generate(model, src, forced(length)),
-        "marian greedy": hf(1),
-        "ours beam4": lambda: generate(model, src, forced(length, beam=4)),
-        "marian beam4": hf(4),
-    }
+    runs: dict[str, Callable[[], object]] = {}
+    for search, beam in (("greedy", 1), ("beam4", 4)):
+        runs[f"ours {search}"] = lambda b=beam: generate(model, src, forced(length, beam=b))
+        if marian is not None:
+            runs[f"marian {search}"] = hf(beam)
+        for name, engine in engines.items():
+            runs[f"{name} {search}"] = lambda e=engine, b=beam: e.search(sources, forced(length, beam=b))
     times = median_times(runs, reps)
     batch = src.size(0)
-    print(f"(b) ours vs MarianMTModel.generate: batch {batch}, {length} tokens each (median of {reps})")
+    print(f"(b) batch {batch}, {length} tokens each (median of {reps})")
     for name, seconds in times.items():
         print(
-            f"  {name:14s} {seconds:7.3f}s  {batch * length / seconds:8.0f} tokens/s  "
+            f"  {name:20s} {seconds:7.3f}s  {batch * length / seconds:8.0f} tokens/s  "
             f"{batch / seconds:7.1f} sent/s"
         )
-    return {
+    if marian is None:
+        return {}
+    ratios = {
         f"decode_tokens_per_s_vs_marian_{search}": times[f"marian {search}"] / times[f"ours {search}"]
         for search in ("greedy", "beam4")
     }
+    ratios["ct2_int8_vs_marian_greedy"] = times["marian greedy"] / times["ct2 int8 greedy"]
+    return ratios
 
 
 def bench_translate(
-    translator: Translator, sources: list[str], label: str, beam: int = 5, one_at_a_time: bool = False
+    translator: TranslatorBase, sources: list[str], label: str, beam: int = 5, one_at_a_time: bool = False
 ) -> float:
     """Seconds to translate ``sources`` through the Translator, batched or one sentence per call."""
     settings = translator.settings(beam=beam)
@@ -181,9 +199,11 @@ def bench_translate(
     return seconds
 
 
-def bench_corpus(translator: Translator, sources: list[str], trained: bool) -> dict[str, float]:
+def bench_corpus(
+    translator: TranslatorBase, sources: list[str], trained: bool, label: str
+) -> dict[str, float]:
     """(c): a trained model as is; random weights at the default limit and at reference-like lengths."""
-    print(f"(c) {len(sources)} real sentences, token-budget batches of {translator.batch_tokens}")
+    print(f"(c) {label}: {len(sources)} real sentences, token-budget batches of {translator.batch_tokens}")
     if trained:
         few = sources[:200]
         return {
@@ -196,6 +216,28 @@ def bench_corpus(translator: Translator, sources: list[str], trained: bool) -> d
     translator.decode_cfg = replace(translator.decode_cfg, max_len_a=1.0, max_len_b=1)
     typical = bench_translate(translator, sources, "random weights, limit src+1 (~reference length)")
     return {"worst_case": worst, "reference_lengths": typical}
+
+
+def export_engines(loaded: LoadedModel, directory: Path, threads: int) -> dict[str, TranslatorBase]:
+    """The model exported to CTranslate2 in each of QUANTIZATIONS, loaded on the CPU."""
+    engines: dict[str, TranslatorBase] = {}
+    for quantization in QUANTIZATIONS:
+        out = export_model(loaded, directory / quantization, quantization, source="bench/decode.py")
+        engines[f"ct2 {quantization}"] = CT2Translator(out, "cpu", threads=threads)
+    return engines
+
+
+def seconds_lines(label: str, times: dict[str, float]) -> list[str]:
+    """``SECONDS`` lines of (c); the targets: ours <= 15 s and CTranslate2 int8 <= 10 s for beam 5."""
+    target = {"ours": 15, "ct2 int8": 10}.get(label)
+    prefix = "decode" if label == "ours" else f"decode_{label.replace(' ', '_')}"
+    lines = []
+    for name, seconds in times.items():
+        beam5 = name in ("checkpoint", "worst_case", "reference_lengths")
+        lines.append(
+            f"SECONDS {prefix}_{name} {seconds:.2f}" + (f" target {target}" if beam5 and target else "")
+        )
+    return lines
 
 
 def main() -> None:
@@ -227,29 +269,33 @@ def main() -> None:
     threads = torch.get_num_threads()
     print(f"size {args.size}: {cfg}, vocab {tokenizer.src_vocab_size}, {threads} threads, {args.dtype}")
     print(f"batch of {args.batch} real sentences, {src.size(1)} source tokens at most")
+    workdir = tempfile.TemporaryDirectory(prefix="bench-decode-")
+    random_weights = LoadedModel(model, tokenizer, DecodeConfig(beam_size=5), DataConfig())
+    engines = export_engines(random_weights, Path(workdir.name) / "random", threads)
 
     generate(model, src, forced(8, beam=2))  # warm-up: thread pool, allocator, kernel selection
     ratios = bench_cache(model, src, args.reps)
     marian = marian_twin(cfg, tokenizer.src_vocab_size)
     if marian is None:
-        print("(b) skipped: transformers is not installed (pip install -e '.[bench]')")
-    else:
-        ratios.update(bench_marian(model, marian.to(dtype), src, args.marian_len, args.reps))
+        print("(b) without Marian: transformers is not installed (pip install -e '.[bench]')")
+    ratios.update(bench_engines(model, marian and marian.to(dtype), engines, src, args.marian_len, args.reps))
 
-    if args.ckpt:  # the real held-out test split, decoded by the trained model
+    if args.ckpt:  # the real held-out test split, decoded by the trained model and its exports
         loaded = load_model(args.ckpt)
-        translator = Translator(loaded.model.to(dtype), loaded.tokenizer, loaded.decode_config)
+        translators = {"ours": Translator(loaded.model.to(dtype), loaded.tokenizer, loaded.decode_config)}
+        translators.update(export_engines(loaded, Path(workdir.name) / "trained", threads))
         sources = corpus.references(corpus.load_splits(loaded.data_config)[0]["test"])[0]
     else:
-        translator = Translator(model, tokenizer, DecodeConfig(beam_size=5))
-    for name, seconds in bench_corpus(translator, sources, trained=bool(args.ckpt)).items():
-        target = " target 15" if name in ("checkpoint", "worst_case", "reference_lengths") else ""
-        print(f"SECONDS decode_{name} {seconds:.2f}{target}")
+        translators = {"ours": Translator(model, tokenizer, DecodeConfig(beam_size=5)), **engines}
+    for label, translator in translators.items():
+        times = bench_corpus(translator, sources, bool(args.ckpt), label)
+        print("\n".join(seconds_lines(label, times)))
 
     targets = {
         "decode_cached_speedup": 4,
         "decode_per_token_growth": 1.5,
         "decode_tokens_per_s_vs_marian": 1.5,
+        "ct2_int8_vs_marian": 4,
     }
     suffix = "" if args.dtype == "fp32" else f"_{args.dtype}"
     for name, value in ratios.items():

@@ -276,13 +276,14 @@ def _load(args: argparse.Namespace) -> tuple[TranslatorBase, DataConfig]:
         from seq2seq.inference.ct2_translator import CT2Translator  # ctranslate2 loads only when used
 
         exported = CT2Translator(args.model, args.device, args.batch_tokens or DEFAULT_BATCH_TOKENS)
-        translator, data_config = exported, exported.data_config
+        translator: TranslatorBase = exported
+        data_config = exported.data_config
     else:
         device = resolve_device(args.device)
         loaded = load_model(args.ckpt, map_location=device)
         batch_tokens = args.batch_tokens or loaded.data_config.eval_max_tokens
         dtype, _ = resolve_dtype(args.dtype, loaded.model.cfg, device.type)
-        translator: TranslatorBase = Translator(
+        translator = Translator(
             loaded.model, loaded.tokenizer, loaded.decode_config, device, batch_tokens, dtype
         )
         data_config = loaded.data_config

@@ -13,7 +13,10 @@ differs. Our decoding settings map onto ``ctranslate2.Translator.translate_batch
   for the end token), which is divided here by our GNMT penalty with the length counted as ours.
   Its own penalty, len^alpha, is switched off for greedy search; for beam search it is 1e-12, not 0,
   because 0 turns on an early exit that stops a sentence at its first finished hypothesis, while
-  ours collects beam-size finished hypotheses first. len^1e-12 changes a score by under 1e-10.
+  ours collects beam-size finished hypotheses first; len^1e-12 is within 1e-11 of 1. One difference
+  stays: CTranslate2 bans tokens before its softmax, renormalising over the rest, and we ban them
+  after ours, so its scores are higher by -log(1 - p(banned tokens)) per step. For a trained model
+  that is tiny, but on a near tie between beams it can choose differently.
 - Sampling draws from CTranslate2's own generator: seeded with :meth:`CT2Translator.seed`, a run
   repeats, but the draws differ from PyTorch's for the same seed.
 """
