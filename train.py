@@ -6,6 +6,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
+import seq2seq.threads  # noqa: F401  (first of ours, and nothing above loads torch: see its docstring)
 from seq2seq.config import ConfigError, DataError
 from seq2seq.training.checkpoint import CheckpointError
 from seq2seq.training.module import NonFiniteLossError

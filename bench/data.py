@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 from seq2seq.config import DataConfig  # noqa: E402
 from seq2seq.data.batching import TokenBudgetBatchSampler  # noqa: E402
 from seq2seq.data.datamodule import TranslationDataModule  # noqa: E402
+from seq2seq.hardware import describe  # noqa: E402
 
 CORPUS = ROOT / "data" / "spa-eng" / "spa.txt.gz"
 
@@ -115,6 +116,7 @@ def main() -> None:
     if args.child:
         _pipeline(*args.child)
         return
+    print(describe())
     ratios = []
     with tempfile.TemporaryDirectory() as scratch:
         cold = run_pipeline(CORPUS, Path(scratch))

@@ -42,6 +42,7 @@ from seq2seq.data.batching import pad_ids  # noqa: E402
 from seq2seq.data.tokenizer import EOS_ID, PAD_ID, TranslationTokenizer  # noqa: E402
 from seq2seq.decoding import generate, greedy_search  # noqa: E402
 from seq2seq.export.to_ctranslate2 import export_model  # noqa: E402
+from seq2seq.hardware import AUTO, describe, resolve_dtype  # noqa: E402
 from seq2seq.inference.ct2_translator import CT2Translator  # noqa: E402
 from seq2seq.inference.translator import Translator, TranslatorBase  # noqa: E402
 from seq2seq.model import Transformer  # noqa: E402
@@ -251,17 +252,27 @@ def main() -> None:
     parser.add_argument("--sentences", type=int, default=2000, help="sentences in (c)")
     parser.add_argument("--ckpt", help="trained checkpoint for (c) instead of random weights")
     parser.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's choice)")
-    parser.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32", help="weights of both decoders")
+    parser.add_argument(
+        "--dtype",
+        choices=["fp32", "bf16", "auto"],
+        default="fp32",
+        help="weights of both decoders; auto = what translate.py --dtype auto picks here",
+    )
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
 
+    print(describe())
     torch.manual_seed(0)
     cfg, vocab = replace(model_config(args.size), dropout=0.0), VOCAB[args.size]
     distinct = list(dict.fromkeys(read_pairs(3 * args.sentences)[0]))  # the corpus is sorted by length:
     sources = distinct[:: max(1, len(distinct) // args.sentences)][: args.sentences]  # keep the spread
     tokenizer = TranslationTokenizer.train(*read_pairs(40_000), vocab, shared=True)
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
+    if args.dtype == "auto":
+        dtype, reason = resolve_dtype(AUTO, cfg, "cpu")
+        args.dtype = "bf16" if dtype == torch.bfloat16 else "fp32"
+        print(f"auto: {args.dtype} ({reason})")
     model = Transformer(cfg, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size).eval().to(dtype)
     step = len(sources) // args.batch
     batch_sources = [sources[i * step] for i in range(args.batch)]

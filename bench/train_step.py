@@ -5,12 +5,16 @@ for both models; ours uses the module's loss (which also yields the NLL it logs)
 ``F.cross_entropy(label_smoothing=0.1)`` in float32. The twin has identical sizes (d_model,
 heads, layers, d_ff, shared vocabulary, tied embeddings, dropout) and gets the same real-corpus
 batches and the same masks (source padding, target padding + causal). Repetitions are
-interleaved and medians reported. Run it on an otherwise idle machine: training runs with
-OpenMP's default (spinning) wait policy, and so does this benchmark.
+interleaved and medians reported. Like ``train.py``, it runs with OpenMP's passive wait policy
+(:mod:`seq2seq.threads`), and it starts with the hardware line (:func:`seq2seq.hardware.describe`).
 
 (a) tokens/s (source + target, pad excluded) on token-budget batches of real sentence pairs;
 (b) the same as GFLOP/s against a square matmul timed in this run (the machine's ceiling);
-(c) per-token cost at source/target length 64 vs 16: real text cut to exact lengths, same tokens.
+(c) per-token cost at source/target length 64 vs 16: real text cut to exact lengths, same tokens;
+(d) with ``--contention``: both models idle and with one busy process (a plain Python loop) that
+    the benchmark starts itself, repetitions alternating between the two states;
+(e) with ``--dtype auto``: the precision ``trainer.precision=auto`` picks on this machine, and
+    ours timed in fp32 and in bf16 so the pick can be compared with the faster of the two.
 
 Model FLOPs per step = 6 · (encoder non-embedding params · source tokens + decoder non-embedding
 params · target tokens + d_model · vocab · target tokens for the output projection) plus
@@ -18,28 +22,36 @@ attention, 12 · d_model · (queries · keys) per layer and attention kind (forw
 
 Ends with ``RATIO <name> <value> target <t>`` lines.
 
-    python bench/train_step.py [--sizes small base] [--dtype fp32|bf16] [--compile] [--reps 3]
+    python bench/train_step.py [--sizes small base] [--dtype fp32|bf16|auto] [--contention] [--compile]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
+import statistics
+import subprocess
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-
-import torch
-import torch.nn.functional as F
-from torch import Tensor, nn
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+import seq2seq.threads  # noqa: E402, F401  (OpenMP's wait policy as in training: before torch loads)
+
+# isort: split
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch import Tensor, nn  # noqa: E402
 
 from bench.decode import median_times, model_config, read_pairs  # noqa: E402
 from seq2seq.config import ModelConfig  # noqa: E402
 from seq2seq.data.batching import Batch, collate, pad_ids  # noqa: E402
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, TranslationTokenizer  # noqa: E402
+from seq2seq.hardware import AUTO, describe, precision_dtype, resolve_precision  # noqa: E402
 from seq2seq.model import Transformer  # noqa: E402
 from seq2seq.model.transformer import sinusoidal_table  # noqa: E402
 from seq2seq.training.loss import label_smoothed_loss  # noqa: E402
@@ -205,26 +217,80 @@ def bench_size(
             f"  {label:15s} {tokens / seconds:8.0f} tokens/s   {flops / seconds / 1e9:7.1f} GFLOP/s   "
             f"{100 * flops / seconds / 1e9 / args.ceiling:5.1f}% of the matmul ceiling"
         )
-    by_length = {
-        length: fixed_length_batch(tokenizer, sources, targets, length, args.max_tokens)
-        for length in (16, 64)
-    }
-    step = steps["ours"]
-    for batch in by_length.values():
-        step(batch)
-    length_times = median_times(
-        {length: lambda b=batch: step(b) for length, batch in by_length.items()}, args.reps
-    )
-    print(
-        f"  ours, {args.max_tokens} tokens/side at length 16: {1e3 * length_times[16]:.0f} ms/step, "
-        f"at length 64: {1e3 * length_times[64]:.0f} ms/step"
-    )
     variant = name + ("" if args.dtype == "fp32" else f"_{args.dtype}")
     variant += "_compiled" if args.compile else ""
-    return [
+    ratios = [
         (f"train_tokens_per_s_vs_nn_transformer_{variant}", times["nn.Transformer"] / times["ours"], 1.15),
-        (f"train_mfu_{variant}", flops / times["ours"] / 1e9 / args.ceiling, 0.55),
-        (f"train_time_per_token_len64_vs_len16_{variant}", length_times[64] / length_times[16], 1.25),
+        (f"train_mfu_{variant}", flops / times["ours"] / 1e9 / args.ceiling, 0.60),
+        (f"train_time_per_token_len64_vs_len16_{variant}", bench_lengths(steps["ours"], data, args), 1.25),
+    ]
+    if args.dtype == "auto":
+        auto_vs_best = bench_precisions(ours, batches, dtype, args.reps)
+        ratios.append((f"train_auto_vs_best_precision_{name}", auto_vs_best, 0.95))
+    if args.contention:
+        ratios += bench_contention(steps, batches, tokens, args.reps, variant)
+    return ratios
+
+
+def bench_lengths(step: Callable[[Batch], None], data: tuple, args: argparse.Namespace) -> float:
+    """(c) step time at length 64 over length 16, the same number of tokens."""
+    by_length = {length: fixed_length_batch(*data, length, args.max_tokens) for length in (16, 64)}
+    for batch in by_length.values():
+        step(batch)
+    times = median_times({length: lambda b=batch: step(b) for length, batch in by_length.items()}, args.reps)
+    print(
+        f"  ours, {args.max_tokens} tokens/side at length 16: {1e3 * times[16]:.0f} ms/step, "
+        f"at length 64: {1e3 * times[64]:.0f} ms/step"
+    )
+    return times[64] / times[16]
+
+
+def bench_precisions(model: nn.Module, batches: list[Batch], chosen: torch.dtype, reps: int) -> float:
+    """Tokens/s of the precision ``auto`` chose over the faster of fp32 and bf16, ours, interleaved."""
+    steps = {dtype: train_step_fn(model, ours_loss, dtype) for dtype in (torch.float32, torch.bfloat16)}
+    for step in steps.values():
+        step(batches[0])
+    runs = {dtype: (lambda s=step: [s(b) for b in batches]) for dtype, step in steps.items()}
+    times = median_times(runs, reps)
+    print("  ours by precision: " + ", ".join(f"{dtype} {seconds:.2f} s" for dtype, seconds in times.items()))
+    return min(times.values()) / times[chosen]
+
+
+@contextlib.contextmanager
+def busy_process() -> Iterator[None]:
+    """One other CPU-bound process on the machine (a plain Python loop), as on a laptop or CI runner."""
+    process = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.5)  # running, and scheduled, before the timing starts
+        yield
+    finally:
+        process.kill()
+        process.wait()
+
+
+def bench_contention(
+    steps: dict[str, Callable[[Batch], None]], batches: list[Batch], tokens: int, reps: int, variant: str
+) -> list[tuple[str, float, float]]:
+    """(d) both models idle and with one busy process, each repetition timing all four."""
+    runs = {label: (lambda s=step: [s(b) for b in batches]) for label, step in steps.items()}
+    times: dict[tuple[str, str], list[float]] = {}
+    for _ in range(reps):
+        for state in ("idle", "busy"):
+            with busy_process() if state == "busy" else contextlib.nullcontext():
+                for label, seconds in median_times(runs, 1).items():
+                    times.setdefault((label, state), []).append(seconds)
+    speed = {key: tokens / statistics.median(values) for key, values in times.items()}
+    print(f"  (d) with one busy process on the machine (median of {reps}), tokens/s idle -> busy:")
+    for label in steps:
+        idle, busy = speed[label, "idle"], speed[label, "busy"]
+        print(f"    {label:15s} {idle:8.0f} -> {busy:8.0f}  ({100 * busy / idle:.0f} % kept)")
+    return [
+        (f"train_contended_vs_idle_{variant}", speed["ours", "busy"] / speed["ours", "idle"], 0.45),
+        (
+            f"train_contended_vs_twin_contended_{variant}",
+            speed["ours", "busy"] / speed["nn.Transformer", "busy"],
+            1.0,
+        ),
     ]
 
 
@@ -233,14 +299,27 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--sizes", nargs="+", choices=sorted(SIZES), default=["small", "base"])
-    parser.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32", help="bf16 = CPU autocast")
+    parser.add_argument(
+        "--dtype",
+        choices=["fp32", "bf16", "auto"],
+        default="fp32",
+        help="bf16 = CPU autocast; auto = as trainer.precision=auto chooses, also timed against both",
+    )
     parser.add_argument("--compile", action="store_true", help="torch.compile both models")
     parser.add_argument("--max-tokens", type=int, default=2500, help="tokens per side per batch")
     parser.add_argument("--batches", type=int, default=4, help="real batches per repetition")
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument(
+        "--contention", action="store_true", help="also time both models with a busy process running"
+    )
     args = parser.parse_args()
     torch.manual_seed(0)
+    print(describe())
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
+    if args.dtype == "auto":
+        precision, reason = resolve_precision(AUTO, SIZES[args.sizes[0]], "cpu")
+        dtype = precision_dtype(precision)
+        print(f"auto: {precision} ({reason})")
 
     sources, targets = read_pairs(20000)
     tokenizer = TranslationTokenizer.train(sources, targets, VOCAB, shared=True)

@@ -1,6 +1,9 @@
 """The precision rule with faked CPU flags, probe results and GPU capabilities, and its use in training."""
 
 import math
+import os
+import subprocess
+import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -9,7 +12,7 @@ import pytest
 import pytorch_lightning as pl
 import torch
 import yaml
-from compose import tiny_run
+from compose import ROOT, tiny_run
 
 from seq2seq.config import DecodeConfig, ModelConfig, OptimConfig
 from seq2seq.data.datamodule import TranslationDataModule
@@ -196,3 +199,20 @@ def test_translator_runs_each_dtype_and_refuses_an_unknown_one(bf16_run, capsys)
     assert "argument --dtype: invalid choice: 'fp8'" in capsys.readouterr().err
     translator = Translator.from_checkpoint(best, device="cpu", dtype="bfloat16")
     assert translator.dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize(
+    ("environment", "expected"),
+    [(None, "GOMP_SPINCOUNT = '0'"), ("ACTIVE", "OMP_WAIT_POLICY = 'ACTIVE'")],
+)
+def test_training_entry_point_sets_openmp_wait_policy_before_torch_loads(environment, expected):
+    """libgomp prints the settings it read when torch loaded it (OMP_DISPLAY_ENV): no spinning at
+    all (its default spins 300,000 times first), unless the user asked for a policy."""
+    env = {key: value for key, value in os.environ.items() if key != "OMP_WAIT_POLICY"}
+    env.update(OMP_DISPLAY_ENV="VERBOSE", PYTHONPATH=str(ROOT))
+    if environment:
+        env["OMP_WAIT_POLICY"] = environment
+    done = subprocess.run(
+        [sys.executable, "train.py", "--help"], cwd=ROOT, env=env, capture_output=True, text=True, check=True
+    )
+    assert expected in done.stderr
