@@ -234,3 +234,10 @@ def test_info_health_and_metrics(client, checkpoint, tiny_model_cfg) -> None:
     assert 'seq2seq_request_errors_total{endpoint="/translate",status="422"}' in text
     assert client.get("/").headers["content-type"].startswith("text/html")
     assert "/translate" in client.get("/openapi.json").json()["paths"]
+
+
+def test_in_flight_gauges_exist_before_the_first_request(checkpoint) -> None:
+    with serve(checkpoint) as fresh:
+        text = fresh.get("/metrics").text
+    for endpoint in ("/translate", "/attention"):
+        assert f'seq2seq_requests_in_flight{{endpoint="{endpoint}"}} 0' in text

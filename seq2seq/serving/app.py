@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 
 STATIC = Path(__file__).parent / "static"
 RETRY_AFTER_S = 1  # what a 503 tells the client to wait
+MODEL_ENDPOINTS = ("/translate", "/attention")  # the ones that queue for the model
 ENDPOINTS = {"/", "/translate", "/attention", "/health", "/info", "/metrics", "/docs", "/openapi.json"}
 ERRORS: dict[int | str, dict] = {
     status: {"model": ErrorResponse, "description": text}
@@ -166,6 +167,7 @@ def create_app(service: TranslationService) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.service = service
+    service.batcher.metrics.expect(MODEL_ENDPOINTS)
     app.include_router(router)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     _install_error_handlers(app)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from collections.abc import Iterable
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)  # seconds
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
@@ -60,6 +61,13 @@ class ServingMetrics:
         self._latency: dict[str, Histogram] = {}
         self._batch_requests = Histogram(BATCH_BUCKETS)
         self._batch_sentences = Histogram(BATCH_BUCKETS)
+
+    def expect(self, endpoints: Iterable[str]) -> None:
+        """Show these endpoints' in-flight gauges at 0 before their first request, so a scraper
+        never sees the series appear only once traffic starts."""
+        with self._lock:
+            for endpoint in endpoints:
+                self._in_flight.setdefault(endpoint, 0)
 
     def request_started(self, endpoint: str) -> None:
         with self._lock:
