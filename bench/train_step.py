@@ -1,15 +1,15 @@
 """Training-step benchmark: our Transformer vs a ``torch.nn.Transformer`` twin, and model FLOPs utilisation.
 
-One step = forward, label-smoothed loss, backward, gradient clipping and a foreach AdamW update,
-for both models; ours uses the module's loss (which also yields the NLL it logs), the twin
-``F.cross_entropy(label_smoothing=0.1)`` in float32. The twin has identical sizes (d_model,
-heads, layers, d_ff, shared vocabulary, tied embeddings, dropout) and gets the same real-corpus
-batches and the same masks (source padding, target padding + causal). Repetitions are
-interleaved and medians reported. Like ``train.py``, it runs with OpenMP's passive wait policy
-(:mod:`seq2seq.threads`), and it starts with the hardware line (:func:`seq2seq.hardware.describe`).
+One step = forward, label-smoothed loss, backward, gradient clipping and an AdamW update (fused
+on a CPU, as the Lightning module does), for both models; ours uses the module's loss (which also
+yields the NLL it logs), the twin ``F.cross_entropy(label_smoothing=0.1)`` in float32. The twin
+has identical sizes (d_model, heads, layers, d_ff, shared vocabulary, tied embeddings, dropout)
+and gets the same real-corpus batches and the same masks (source padding, target padding +
+causal). Repetitions are interleaved and medians reported. Like ``train.py``, it runs with
+OpenMP's passive wait policy (:mod:`seq2seq.threads`); it starts with the hardware line.
 
 (a) tokens/s (source + target, pad excluded) on token-budget batches of real sentence pairs;
-(b) the same as GFLOP/s against a square matmul timed in this run (the machine's ceiling);
+(b) the same as GFLOP/s against a square matmul timed with them, interleaved (the ceiling);
 (c) per-token cost at source/target length 64 vs 16: real text cut to exact lengths, same tokens;
 (d) with ``--contention``: both models idle and with one busy process (a plain Python loop) that
     the benchmark starts itself, repetitions alternating between the two states;
@@ -55,6 +55,7 @@ from seq2seq.hardware import AUTO, describe, precision_dtype, resolve_precision 
 from seq2seq.model import Transformer  # noqa: E402
 from seq2seq.model.transformer import sinusoidal_table  # noqa: E402
 from seq2seq.training.loss import label_smoothed_loss  # noqa: E402
+from seq2seq.training.module import adamw  # noqa: E402
 
 VOCAB = 8000
 SIZES = ("small", "base")  # configs/model/<size>.yaml
@@ -116,7 +117,7 @@ def train_step_fn(
     model: nn.Module, loss_fn: Callable[[Tensor, Tensor], Tensor], dtype: torch.dtype
 ) -> Callable[[Batch], None]:
     """One optimisation step on a batch, the way the Lightning module does it."""
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.98), foreach=True)
+    optimizer = adamw(model.parameters(), "cpu", lr=1e-4, betas=(0.9, 0.98))
 
     def step(batch: Batch) -> None:
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
@@ -181,12 +182,12 @@ def model_flops(cfg: ModelConfig, model: Transformer, batch: Batch) -> float:
     return dense + 12 * cfg.d_model * float(pairs)
 
 
-def matmul_ceiling(dtype: torch.dtype, n: int = 2048, reps: int = 5) -> float:
-    """GFLOP/s of a square matmul of this dtype: what the cores can do at best."""
+def square_matmul(dtype: torch.dtype, n: int = 2048) -> tuple[Callable[[], object], float]:
+    """A square matmul of this dtype and its FLOPs: what the cores can do at best. It is timed
+    interleaved with the training steps, so that load from other processes hits both alike."""
     a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
     a @ b
-    seconds = median_times({"mm": lambda: a @ b}, reps)["mm"]
-    return 2 * n**3 / seconds / 1e9
+    return (lambda: a @ b), 2.0 * n**3
 
 
 def bench_size(
@@ -208,20 +209,24 @@ def bench_size(
     for step in steps.values():  # warm-up: allocator, autotuning, compilation
         for batch in batches[:2]:
             step(batch)
-    times = median_times(
-        {label: lambda s=step: [s(b) for b in batches] for label, step in steps.items()}, args.reps
-    )
+    runs: dict[str, Callable[[], object]] = {
+        label: lambda s=step: [s(b) for b in batches] for label, step in steps.items()
+    }
+    runs["matmul"], matmul_flops = square_matmul(dtype)
+    times = median_times(runs, args.reps)
+    ceiling = matmul_flops / times.pop("matmul") / 1e9
     print(f"({name}) {len(batches)} real batches of ~{args.max_tokens} tokens/side (median of {args.reps})")
+    print(f"  matmul ceiling (2048x2048, {dtype}): {ceiling:.0f} GFLOP/s")
     for label, seconds in times.items():
         print(
             f"  {label:15s} {tokens / seconds:8.0f} tokens/s   {flops / seconds / 1e9:7.1f} GFLOP/s   "
-            f"{100 * flops / seconds / 1e9 / args.ceiling:5.1f}% of the matmul ceiling"
+            f"{100 * flops / seconds / 1e9 / ceiling:5.1f}% of the matmul ceiling"
         )
     variant = name + ("" if args.dtype == "fp32" else f"_{args.dtype}")
     variant += "_compiled" if args.compile else ""
     ratios = [
         (f"train_tokens_per_s_vs_nn_transformer_{variant}", times["nn.Transformer"] / times["ours"], 1.15),
-        (f"train_mfu_{variant}", flops / times["ours"] / 1e9 / args.ceiling, 0.60),
+        (f"train_mfu_{variant}", flops / times["ours"] / 1e9 / ceiling, 0.60),
         (f"train_time_per_token_len64_vs_len16_{variant}", bench_lengths(steps["ours"], data, args), 1.25),
     ]
     if args.dtype == "auto":
@@ -324,9 +329,7 @@ def main() -> None:
     sources, targets = read_pairs(20000)
     tokenizer = TranslationTokenizer.train(sources, targets, VOCAB, shared=True)
     data = (tokenizer, sources, targets)
-    args.ceiling = matmul_ceiling(dtype)
     print(f"threads {torch.get_num_threads()}, dtype {args.dtype}, compile {args.compile}")
-    print(f"matmul ceiling ({args.dtype}, 2048x2048): {args.ceiling:.0f} GFLOP/s")
     ratios = [ratio for name in args.sizes for ratio in bench_size(name, args, data, dtype)]
     for name, value, target in ratios:
         print(f"RATIO {name} {value:.2f} target {target}")

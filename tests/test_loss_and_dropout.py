@@ -6,6 +6,7 @@ import torch
 from seq2seq.data.tokenizer import PAD_ID
 from seq2seq.model.dropout import Dropout
 from seq2seq.training.loss import label_smoothed_loss, plain_label_smoothed_loss
+from seq2seq.training.module import adamw
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -63,3 +64,23 @@ def test_dropout_is_identity_in_eval_mode_and_at_zero() -> None:
     x = torch.randn(5, 7)
     assert Dropout(0.5).eval()(x) is x
     assert Dropout(0.0).train()(x) is x
+
+
+def test_cpu_adamw_is_fused_and_updates_like_the_foreach_one() -> None:
+    torch.manual_seed(0)
+    weights = [torch.randn(40, 30, requires_grad=True), torch.randn(30, requires_grad=True)]
+    twins = [w.detach().clone().requires_grad_() for w in weights]
+    start = [w.detach().clone() for w in weights]
+    hyper = {"lr": 1e-2, "betas": (0.9, 0.98), "eps": 1e-9, "weight_decay": 0.01}
+    fused = adamw(weights, "cpu", **hyper)
+    assert fused.defaults["fused"]
+    reference = torch.optim.AdamW(twins, foreach=True, **hyper)
+    for _ in range(5):
+        grads = [torch.randn_like(w) for w in weights]
+        for params, optimizer in ((weights, fused), (twins, reference)):
+            for param, grad in zip(params, grads, strict=True):
+                param.grad = grad.clone()
+            optimizer.step()
+    for got, expected, initial in zip(weights, twins, start, strict=True):
+        assert not torch.allclose(got, initial)  # the steps did move the weights
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)

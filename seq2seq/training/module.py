@@ -10,6 +10,7 @@ import copy
 import logging
 import math
 import time
+from collections.abc import Iterable
 from typing import Any
 
 import pytorch_lightning as pl
@@ -41,6 +42,23 @@ def inverse_sqrt_schedule(warmup_steps: int) -> Any:
         return min(step / warmup_steps, math.sqrt(warmup_steps / step))
 
     return factor
+
+
+def adamw(params: Iterable[Tensor], device_type: str, **hyperparameters: Any) -> torch.optim.AdamW:
+    """AdamW with the cheapest update kernels for the device.
+
+    On a GPU, foreach runs multi-tensor kernels. On a CPU it loops over ~10 ops per tensor, while the
+    fused kernel makes one pass per tensor: about 10x cheaper for the ``small`` model, a tenth of an
+    fp32 training step (``bench/train_step.py``). Same update rule; torch < 2.4 has no CPU fused kernel.
+    Not fused on a GPU: Lightning refuses gradient clipping with fp16 and a fused optimizer.
+    """
+    params = list(params)
+    if device_type == "cpu":
+        try:
+            return torch.optim.AdamW(params, fused=True, **hyperparameters)
+        except RuntimeError:  # "fused=True requires ... supported devices" before torch 2.4
+            pass
+    return torch.optim.AdamW(params, foreach=True, **hyperparameters)
 
 
 class TranslationModule(pl.LightningModule):
@@ -152,13 +170,13 @@ class TranslationModule(pl.LightningModule):
 
     def configure_optimizers(self) -> Any:
         cfg = self.optim_cfg
-        optimizer = torch.optim.AdamW(
+        optimizer = adamw(
             self.model.parameters(),
+            self.device.type,
             lr=cfg.lr,
             betas=tuple(cfg.betas),
             eps=cfg.eps,
             weight_decay=cfg.weight_decay,
-            foreach=True,  # multi-tensor kernels instead of ~10 small ops per parameter tensor
         )
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, inverse_sqrt_schedule(cfg.warmup_steps))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
