@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from seq2seq.command_line import OneLineParser, UsageError
 from seq2seq.export.bundle import ExportError
 from seq2seq.export.to_ctranslate2 import QUANTIZATIONS, export_checkpoint
 from seq2seq.training.checkpoint import CheckpointError
@@ -17,17 +18,8 @@ from seq2seq.training.checkpoint import CheckpointError
 PROG = "python -m seq2seq.export"
 
 
-class UsageError(Exception):
-    """Bad command-line arguments."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse would print usage and exit; we want one line
-        raise UsageError(message)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = OneLineParser(
         prog=PROG,
         description="Export a trained seq2seq checkpoint to an inference engine, with its tokenizer. "
         "Translate with the result: python translate.py --model OUT_DIR ...",

@@ -23,6 +23,7 @@ from typing import TextIO
 
 from tqdm import tqdm
 
+from seq2seq.command_line import OneLineParser, UsageError
 from seq2seq.config import ConfigError, DataConfig, DataError, DecodeConfig
 from seq2seq.export.bundle import ExportError
 from seq2seq.hardware import AUTO, INFERENCE_DTYPES, resolve_dtype
@@ -56,10 +57,6 @@ arguments exit 2. With --output, a failed run leaves no file.
 """
 
 
-class UsageError(Exception):
-    """Bad command-line arguments."""
-
-
 class OutputError(Exception):
     """The output (stdout, ``--output`` or ``--attention-png``) cannot be written."""
 
@@ -69,13 +66,8 @@ EXPECTED_ERRORS = (
 )  # fmt: skip
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse would print usage and exit; we want one line
-        raise UsageError(message)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = OneLineParser(
         prog=PROG,
         description="Translate with a trained seq2seq checkpoint.",
         epilog=EXAMPLES,

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 
 import uvicorn
 
+from seq2seq.command_line import OneLineParser, UsageError
 from seq2seq.inference.translator import DEFAULT_BATCH_TOKENS, Translator, resolve_device
 from seq2seq.serving.app import create_app
 from seq2seq.serving.batcher import DynamicBatcher
@@ -29,17 +30,10 @@ PROG = "serve.py"
 GRACEFUL_TIMEOUT_S = 30  # requests still running after this long at shutdown are cancelled
 
 
-class UsageError(Exception):
-    """Bad command-line arguments."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line instead of usage + exit
-        raise UsageError(message)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog=PROG, description="Serve a trained seq2seq checkpoint over HTTP, with a web page.")
+    parser = OneLineParser(
+        prog=PROG, description="Serve a trained seq2seq checkpoint over HTTP, with a web page."
+    )
     parser.add_argument("--ckpt", required=True, metavar="PATH", help="checkpoint written by train.py")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8000, help="default: 8000; 0 picks a free port")
