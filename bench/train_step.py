@@ -290,9 +290,9 @@ def bench_contention(
         idle, busy = speed[label, "idle"], speed[label, "busy"]
         print(f"    {label:15s} {idle:8.0f} -> {busy:8.0f}  ({100 * busy / idle:.0f} % kept)")
     return [
-        (f"train_contended_vs_idle_{variant}", speed["ours", "busy"] / speed["ours", "idle"], 0.45),
+        (f"train_contention_keep_{variant}", speed["ours", "busy"] / speed["ours", "idle"], 0.45),
         (
-            f"train_contended_vs_twin_contended_{variant}",
+            f"train_contention_vs_twin_{variant}",
             speed["ours", "busy"] / speed["nn.Transformer", "busy"],
             1.0,
         ),

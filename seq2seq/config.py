@@ -162,12 +162,19 @@ class DecodeConfig:
             raise ConfigError(f"decode.length_penalty must be >= 0, got {self.length_penalty}")
 
 
+SCHEDULES = ("inverse_sqrt", "wsd")
+
+
 @dataclass
 class OptimConfig:
-    """AdamW with the paper's inverse-square-root warmup schedule."""
+    """AdamW with linear warmup, then the paper's inverse-square-root decay or a decay to zero that
+    ends with the run's budget; dropout only in runs long enough to need it (training/budget.py)."""
 
     lr: float = 1e-3  # peak learning rate, reached at the end of warmup
     warmup_steps: int = 1000  # linear warmup length in optimiser steps
+    schedule: str = "inverse_sqrt"  # or "wsd": warmup, stable, then linear decay to zero at the budget's end
+    decay_share: float = 0.4  # wsd: the last share of the budget (steps or max_time) over which the LR decays
+    dropout_min_epochs: float = 0.0  # model.dropout only if the run will see this many epochs; 0 = always
     betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
     eps: float = 1e-9
     weight_decay: float = 0.0
@@ -177,6 +184,11 @@ class OptimConfig:
     def __post_init__(self) -> None:
         _positive("optim.lr", self.lr)
         _positive("optim.warmup_steps", self.warmup_steps)
+        if self.schedule not in SCHEDULES:
+            raise ConfigError(f"optim.schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
+        _probability("optim.decay_share", self.decay_share)
+        if self.dropout_min_epochs < 0:
+            raise ConfigError(f"optim.dropout_min_epochs must be >= 0, got {self.dropout_min_epochs}")
         _probability("optim.label_smoothing", self.label_smoothing)
         _probability("optim.ema_decay", self.ema_decay)
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import math
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -24,6 +23,7 @@ from seq2seq.hardware import precision_dtype
 from seq2seq.inference.evaluation import score
 from seq2seq.inference.translator import Translator
 from seq2seq.model import Transformer
+from seq2seq.training.budget import inverse_sqrt_factor, wsd_factor
 from seq2seq.training.checkpoint import KEY, entry, resume_state
 from seq2seq.training.loss import label_smoothed_loss
 
@@ -32,16 +32,6 @@ log = logging.getLogger(__name__)
 
 class NonFiniteLossError(RuntimeError):
     """The loss became NaN/inf; training stops rather than corrupting the weights."""
-
-
-def inverse_sqrt_schedule(warmup_steps: int) -> Any:
-    """The paper's schedule as a multiplier of the peak LR: linear warmup, then 1/√step decay."""
-
-    def factor(step: int) -> float:
-        step = step + 1
-        return min(step / warmup_steps, math.sqrt(warmup_steps / step))
-
-    return factor
 
 
 def adamw(params: Iterable[Tensor], device_type: str, **hyperparameters: Any) -> torch.optim.AdamW:
@@ -92,6 +82,7 @@ class TranslationModule(pl.LightningModule):
         self.skip_nonfinite = skip_nonfinite
         self._step_started = time.perf_counter()
         self.best_bleu = 0.0
+        self.progress = 0.0  # share of the run's budget spent; the Budget callback sets it each step
         self.val_samples: tuple[list[str], list[list[str]], list[str]] = ([], [], [])
 
     @property
@@ -178,8 +169,15 @@ class TranslationModule(pl.LightningModule):
             eps=cfg.eps,
             weight_decay=cfg.weight_decay,
         )
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, inverse_sqrt_schedule(cfg.warmup_steps))
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, self.lr_factor)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def lr_factor(self, step: int) -> float:
+        """The schedule: a multiplier of ``optim.lr`` after ``step`` optimiser steps."""
+        cfg = self.optim_cfg
+        if cfg.schedule == "wsd":
+            return wsd_factor(step, cfg.warmup_steps, self.progress, cfg.decay_share)
+        return inverse_sqrt_factor(step, cfg.warmup_steps)
 
     def optimizer_step(self, *args: Any, **kwargs: Any) -> None:
         super().optimizer_step(*args, **kwargs)

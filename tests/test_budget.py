@@ -1,0 +1,110 @@
+"""The run's budget: the warmup-stable-decay schedule reaches zero where the run ends, and dropout
+is switched on only for runs that will see enough epochs, whether steps or time bound the run."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from compose import tiny_run
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from seq2seq.config import ConfigError, ModelConfig, OptimConfig
+from seq2seq.model import Transformer
+from seq2seq.model.attention import MultiHeadAttention
+from seq2seq.model.dropout import Dropout
+from seq2seq.training.budget import set_dropout, wsd_factor
+from seq2seq.training.run import train
+
+
+def test_wsd_warms_up_holds_then_decays_linearly_to_zero() -> None:
+    assert wsd_factor(0, 10, 0.0, 0.4) == pytest.approx(0.1)
+    assert wsd_factor(9, 10, 0.3, 0.4) == 1.0
+    assert wsd_factor(50, 10, 0.6, 0.4) == 1.0
+    assert wsd_factor(50, 10, 0.8, 0.4) == pytest.approx(0.5)
+    assert wsd_factor(50, 10, 1.0, 0.4) == 0.0
+    assert wsd_factor(50, 10, 0.9, 0.0) == 1.0  # no decay share: constant after warmup
+
+
+def test_set_dropout_switches_every_dropout_off_and_back() -> None:
+    cfg = ModelConfig(d_model=16, n_heads=2, d_ff=32, dropout=0.3, attention_dropout=0.2)
+    model = Transformer(cfg, 50, 50)
+    dropouts = [m for m in model.modules() if isinstance(m, Dropout)]
+    attentions = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
+    assert dropouts and attentions
+    set_dropout(model, False)
+    assert {m.p for m in dropouts} == {0.0} and {m.dropout for m in attentions} == {0.0}
+    set_dropout(model, True)
+    assert {m.p for m in dropouts} == {0.3} and {m.dropout for m in attentions} == {0.2}
+
+
+def test_bad_schedule_values_are_refused() -> None:
+    with pytest.raises(ConfigError, match=r"optim\.schedule must be one of inverse_sqrt, wsd"):
+        OptimConfig(schedule="cosine")
+    with pytest.raises(ConfigError, match=r"optim\.dropout_min_epochs must be >= 0"):
+        OptimConfig(dropout_min_epochs=-1)
+
+
+def logged_lr(run_dir: Path) -> list[float]:
+    events = EventAccumulator(str(run_dir / "tensorboard"))
+    events.Reload()
+    return [event.value for event in events.Scalars("train/lr")]
+
+
+def test_wsd_run_ends_its_step_budget_with_the_lr_near_zero(tmp_path) -> None:
+    steps = 24
+    train(
+        tiny_run(
+            tmp_path / "run",
+            tmp_path / "cache",
+            f"trainer.max_steps={steps}",
+            "trainer.max_epochs=-1",
+            "optim.schedule=wsd",
+            "optim.warmup_steps=4",
+            "optim.decay_share=0.5",
+        )
+    )
+    lrs = logged_lr(tmp_path / "run")
+    peak = 3.0e-3  # the tiny experiment's optim.lr
+    assert len(lrs) == steps
+    assert lrs[4:13] == pytest.approx([peak] * 9)  # warmed up, and stable for the first half
+    decaying = lrs[12:]
+    assert all(a > b for a, b in itertools.pairwise(decaying))
+    assert lrs[-1] < 0.15 * peak
+
+
+def budget_line(caplog: pytest.LogCaptureFixture) -> str:
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("budget:")]
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+@pytest.mark.parametrize(("min_epochs", "dropout"), [(1, "dropout 0.1"), (3, "dropout off")])
+def test_dropout_needs_a_budget_of_enough_epochs(tmp_path, caplog, min_epochs, dropout) -> None:
+    caplog.set_level(logging.INFO, logger="seq2seq.training.budget")
+    overrides = ("model.dropout=0.1", f"optim.dropout_min_epochs={min_epochs}")  # tiny: max_epochs=2
+    train(tiny_run(tmp_path / "run", tmp_path / "cache", *overrides))
+    line = budget_line(caplog)
+    assert line.startswith("budget: about 2.0 epochs") and dropout in line
+
+
+def test_a_time_limited_run_measures_its_step_rate_before_deciding(tmp_path, caplog) -> None:
+    caplog.set_level(logging.INFO, logger="seq2seq.training.budget")
+    overrides = (
+        "trainer.max_time=00:00:00:04",
+        "trainer.max_epochs=-1",
+        "trainer.val_check_interval=null",
+        "trainer.check_val_every_n_epoch=1000",
+        "model.dropout=0.1",
+        "optim.dropout_min_epochs=1000000",
+    )
+    train(tiny_run(tmp_path / "run", tmp_path / "cache", *overrides))
+    epochs = float(re.match(r"budget: about ([\d.]+) epochs", budget_line(caplog)).group(1))
+    done = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", weights_only=True)
+    steps_per_epoch = done["global_step"] / (done["epoch"] + 1)
+    assert 0.3 < epochs * steps_per_epoch / done["global_step"] < 3  # the estimate is the right size
+    assert "dropout off" in budget_line(caplog)
