@@ -1,5 +1,6 @@
 """Train a translation model: ``python train.py [hydra overrides]``."""
 
+import logging
 import sys
 from pathlib import Path
 
@@ -7,15 +8,23 @@ import hydra
 from omegaconf import DictConfig
 
 import seq2seq.threads  # noqa: F401  (first of ours, and nothing above loads torch: see its docstring)
+
+# isort: split
+import torch
+
 from seq2seq.config import ConfigError, DataError
+from seq2seq.recipe import choose_recipe
 from seq2seq.training.checkpoint import CheckpointError
 from seq2seq.training.module import NonFiniteLossError
 from seq2seq.training.run import discard_unstarted_run, train
+
+RECIPE = "recipe: the experiment in configs/train.yaml"  # replaced by the hardware's choice below
 
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="train")
 def main(cfg: DictConfig) -> float | None:
     """Run training; expected failures print one line and exit non-zero instead of a traceback."""
+    logging.getLogger(__name__).info("%s", RECIPE)
     try:
         metrics = train(cfg)
     except (ConfigError, DataError) as err:  # found before training: nothing worth keeping
@@ -29,4 +38,7 @@ def main(cfg: DictConfig) -> float | None:
 
 
 if __name__ == "__main__":
+    sys.argv[1:], RECIPE = choose_recipe(
+        sys.argv[1:], torch.cuda.get_device_name() if torch.cuda.is_available() else None
+    )
     main()

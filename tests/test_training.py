@@ -47,6 +47,16 @@ def test_tensorboard_has_scalars_text_and_attention_images(trained_run):
     assert {"attention/encoder_self", "attention/decoder_self", "attention/cross"} <= set(tags["images"])
 
 
+def test_tensorboard_says_where_the_wall_time_went(trained_run):
+    events = EventAccumulator(str(trained_run / "tensorboard"))
+    events.Reload()
+    steps = [e.value for e in events.Scalars("perf/train_step_share")]
+    validation = [e.value for e in events.Scalars("perf/validation_share")]
+    assert all(0 < share <= 1 for share in steps)
+    assert validation[0] == 0 and 0 < validation[-1] < 1  # the tiny run validates after its first epoch
+    assert steps[-1] + validation[-1] <= 1
+
+
 def test_tensorboard_has_a_layer_by_head_grid_per_attention_kind(trained_run):
     events = EventAccumulator(str(trained_run / "tensorboard"), size_guidance={"images": 0})
     events.Reload()
@@ -88,6 +98,7 @@ def test_resume_continues_the_step_count(tmp_path):
     assert steps_one_epoch > 0
     train(tiny_config(tmp_path, "trainer.max_epochs=2", f"ckpt_path={last}"))
     assert torch.load(last, weights_only=True)["global_step"] == 2 * steps_one_epoch
+    assert sorted(p.name for p in last.parent.iterdir()) == ["best.ckpt", "last.ckpt"]  # no best-v1.ckpt
 
 
 @pytest.mark.parametrize(

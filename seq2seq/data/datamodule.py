@@ -137,12 +137,14 @@ class TranslationDataModule(pl.LightningDataModule):
 
     def _loader(self, name: str, sampler: TokenBudgetBatchSampler) -> DataLoader:
         workers = self.cfg.num_workers
+        on_gpu = self.trainer is not None and self.trainer.strategy.root_device.type == "cuda"
         return DataLoader(
             self.splits[name].select_columns(["src_ids", "tgt_ids"]),
             batch_sampler=sampler,
             collate_fn=collate,
             num_workers=workers,
             persistent_workers=workers > 0,
+            pin_memory=on_gpu,  # page-locked batches: Lightning's copies to the GPU are then asynchronous
         )
 
     def _sampler(self, name: str, max_tokens: int, shuffle: bool) -> TokenBudgetBatchSampler:

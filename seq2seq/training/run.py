@@ -31,9 +31,11 @@ from seq2seq.config import (
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.data.resume import BatchOrder
 from seq2seq.hardware import describe, resolve_precision
+from seq2seq.training.budget import Budget
 from seq2seq.training.callbacks import AtomicCheckpointIO, InterruptBetweenBatches, SaveLast
 from seq2seq.training.module import TranslationModule
 from seq2seq.training.monitoring import TensorBoardPanels
+from seq2seq.training.time_shares import TimeShares
 
 log = logging.getLogger(__name__)
 
@@ -84,15 +86,28 @@ def settle_precision(cfg: DictConfig, model_cfg: ModelConfig) -> list[str]:
 
 
 def build_trainer(
-    cfg: DictConfig, callbacks_cfg: CallbacksConfig, logger_cfg: LoggerConfig, run_dir: Path
+    cfg: DictConfig,
+    callbacks_cfg: CallbacksConfig,
+    logger_cfg: LoggerConfig,
+    optim_cfg: OptimConfig,
+    run_dir: Path,
 ) -> pl.Trainer:
     """Lightning Trainer from ``cfg.trainer`` plus the configured callbacks and logger."""
     ckpt_dir = run_dir / "checkpoints"
     callbacks: list[pl.Callback] = [
-        ModelCheckpoint(dirpath=ckpt_dir, filename="best", monitor="val/bleu", mode="max", save_top_k=1),
+        ModelCheckpoint(
+            dirpath=ckpt_dir,
+            filename="best",
+            monitor="val/bleu",
+            mode="max",
+            save_top_k=1,
+            enable_version_counter=False,  # a resumed run replaces best.ckpt, never adds best-v1.ckpt
+        ),
         SaveLast(ckpt_dir, callbacks_cfg.checkpoint_every_n_steps),
         InterruptBetweenBatches(),
         BatchOrder(),
+        Budget(optim_cfg.dropout_min_epochs),
+        TimeShares(),
     ]
     if callbacks_cfg.early_stopping_patience:
         callbacks.append(
@@ -170,6 +185,6 @@ def train(cfg: DictConfig) -> dict[str, float]:
     log.info("model: %.2fM parameters; run directory: %s", n_params / 1e6, run_dir)
     if cfg.compile:
         module.model.compile()  # in place, so checkpoint keys stay unchanged
-    trainer = build_trainer(cfg, callbacks_cfg, logger_cfg, run_dir)
+    trainer = build_trainer(cfg, callbacks_cfg, logger_cfg, optim_cfg, run_dir)
     trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.ckpt_path)
     return {name: float(value) for name, value in trainer.callback_metrics.items()}
