@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import re
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from seq2seq.config import ConfigError, ModelConfig, OptimConfig
 from seq2seq.model import Transformer
 from seq2seq.model.attention import MultiHeadAttention
 from seq2seq.model.dropout import Dropout
-from seq2seq.training.budget import set_dropout, wsd_factor
+from seq2seq.training.budget import set_dropout, step_share, wsd_factor
 from seq2seq.training.run import train
 
 
@@ -28,6 +29,11 @@ def test_wsd_warms_up_holds_then_decays_linearly_to_zero() -> None:
     assert wsd_factor(50, 10, 0.8, 0.4) == pytest.approx(0.5)
     assert wsd_factor(50, 10, 1.0, 0.4) == 0.0
     assert wsd_factor(50, 10, 0.9, 0.0) == 1.0  # no decay share: constant after warmup
+
+
+def test_step_share_counts_the_step_in_progress_and_ignores_an_endless_budget() -> None:
+    assert step_share(0, 4) == 0.25 and step_share(3, 4) == 1.0
+    assert step_share(10, math.inf) == 0.0
 
 
 def test_set_dropout_switches_every_dropout_off_and_back() -> None:

@@ -57,11 +57,10 @@ def time_share(trainer: pl.Trainer) -> float:
     return elapsed / max(elapsed + timer.time_remaining(), 1e-9)
 
 
-def step_share(trainer: pl.Trainer) -> float:
-    """The share of the step budget (``max_steps``, or ``max_epochs`` worth of steps) done once
-    the step in progress is."""
-    total = trainer.estimated_stepping_batches
-    return (trainer.global_step + 1) / total if math.isfinite(total) and total > 0 else 0.0
+def step_share(step: int, budget: float) -> float:
+    """The share of a step budget (``max_steps``, or ``max_epochs`` worth of steps; may be
+    infinite) done once the step in progress, numbered ``step`` from 0, is."""
+    return (step + 1) / budget if math.isfinite(budget) and budget > 0 else 0.0
 
 
 def set_dropout(model: Transformer, enabled: bool) -> None:
@@ -83,17 +82,19 @@ class Budget(pl.Callback):
     def __init__(self, dropout_min_epochs: float) -> None:
         self.dropout_min_epochs = dropout_min_epochs
         self.epochs: float | None = None  # the estimate, once made
+        self._step_budget = math.inf  # max_steps, or max_epochs worth of steps, known at the start
         self._measure_from: tuple[float, int] | None = None  # (clock, step) where measuring began
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: Any) -> None:
+        self._step_budget = trainer.estimated_stepping_batches
         if self.dropout_min_epochs <= 0:
             return
         if self.epochs is None and time_limit(trainer) is None:  # the steps alone decide
-            self._decide(trainer, pl_module, trainer.estimated_stepping_batches)
+            self._decide(trainer, pl_module, self._step_budget)
         set_dropout(pl_module.model, self.epochs is not None and self.epochs >= self.dropout_min_epochs)
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: Any, batch: Any, batch_idx: int) -> None:
-        progress = max(step_share(trainer), time_share(trainer))
+        progress = max(step_share(trainer.global_step, self._step_budget), time_share(trainer))
         pl_module.progress = min(1.0, trainer.strategy.broadcast(progress))  # one LR on every rank
 
     def on_train_batch_end(
@@ -111,7 +112,7 @@ class Budget(pl.Callback):
             return
         steps_per_second = (step - first_step) / spent
         seconds_left = time_limit(trainer).time_remaining()  # not None: step budgets decide at start
-        steps = min(trainer.estimated_stepping_batches, step + steps_per_second * seconds_left)
+        steps = min(self._step_budget, step + steps_per_second * seconds_left)
         steps = trainer.strategy.broadcast(steps)
         self._decide(trainer, pl_module, steps)
         set_dropout(pl_module.model, self.epochs >= self.dropout_min_epochs)
