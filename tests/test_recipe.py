@@ -3,9 +3,13 @@ recipe's schedule and validation cadence are what Lightning will run (checked on
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 import pytorch_lightning as pl
-from compose import compose_train
+import torch
+from compose import ROOT, compose_train
 from omegaconf import OmegaConf
 
 from seq2seq.config import OptimConfig, validated
@@ -40,3 +44,12 @@ def test_the_gpu_recipe_decays_with_its_time_budget_and_validates_on_the_clock()
     assert cfg.trainer.max_time == "00:00:15:00"
     trainer = pl.Trainer(**OmegaConf.to_container(cfg.trainer), logger=False, enable_checkpointing=False)
     assert trainer._val_check_time_interval == 90.0  # seconds between validations, not epochs
+
+
+def test_train_py_without_an_experiment_composes_the_hardware_recipe() -> None:
+    result = subprocess.run(
+        [sys.executable, "train.py", "--cfg", "job"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    budget = "00:00:15:00" if torch.cuda.is_available() else "00:00:30:00"  # spa_en_gpu or spa_en_cpu
+    assert f"max_time: {budget}" in result.stdout
