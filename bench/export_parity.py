@@ -35,7 +35,7 @@ def decode(translator: TranslatorBase, sources: list[list[int]], beam: int) -> t
     settings = translator.settings(beam=beam, nbest=1)
     best: list[Hypothesis] = [Hypothesis([], 0.0)] * len(sources)
     start = time.perf_counter()
-    for batch in token_budget_batches([len(ids) for ids in sources], translator.batch_tokens):
+    for batch in token_budget_batches(sources, translator.batch_tokens):
         for i, hypotheses in zip(
             batch, translator.search([sources[i] for i in batch], settings), strict=True
         ):
