@@ -322,7 +322,7 @@ def main() -> None:
     print(describe())
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
     if args.dtype == "auto":
-        precision, reason = resolve_precision(AUTO, SIZES[args.sizes[0]], "cpu")
+        precision, reason = resolve_precision(AUTO, model_config(args.sizes[0]), "cpu")
         dtype = precision_dtype(precision)
         print(f"auto: {precision} ({reason})")
 
