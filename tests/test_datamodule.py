@@ -112,7 +112,10 @@ def test_ranks_of_an_attached_trainer_get_disjoint_shards(datamodule: Translatio
     seen = []
     for rank in range(2):
         fit_loop = SimpleNamespace(restarting=False)
-        datamodule.trainer = SimpleNamespace(world_size=2, global_rank=rank, fit_loop=fit_loop)
+        strategy = SimpleNamespace(root_device=torch.device("cpu"))
+        datamodule.trainer = SimpleNamespace(
+            world_size=2, global_rank=rank, fit_loop=fit_loop, strategy=strategy
+        )
         sampler = datamodule.train_dataloader().batch_sampler
         assert (sampler.rank, sampler.world_size) == (rank, 2)
         seen.append([i for batch in sampler for i in batch])
