@@ -72,7 +72,7 @@ def test_cpu_adamw_is_fused_and_updates_like_the_foreach_one() -> None:
     twins = [w.detach().clone().requires_grad_() for w in weights]
     start = [w.detach().clone() for w in weights]
     hyper = {"lr": 1e-2, "betas": (0.9, 0.98), "eps": 1e-9, "weight_decay": 0.01}
-    fused = adamw(weights, "cpu", **hyper)
+    fused = adamw(weights, fused=True, **hyper)
     assert fused.defaults["fused"]
     reference = torch.optim.AdamW(twins, foreach=True, **hyper)
     for _ in range(5):
