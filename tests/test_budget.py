@@ -81,6 +81,9 @@ def test_wsd_run_ends_its_step_budget_with_the_lr_near_zero(tmp_path) -> None:
     decaying = lrs[12:]
     assert all(a > b for a, b in itertools.pairwise(decaying))
     assert lrs[-1] < 0.15 * peak
+    events = EventAccumulator(str(tmp_path / "run" / "tensorboard"))
+    events.Reload()
+    assert events.Scalars("val/bleu")[-1].step == steps - 1  # the end is validated (logged at step - 1)
 
 
 def budget_line(caplog: pytest.LogCaptureFixture) -> str:
