@@ -1,7 +1,7 @@
 """Training-step benchmark: our Transformer vs a ``torch.nn.Transformer`` twin, and model FLOPs utilisation.
 
 One step = forward, label-smoothed loss, backward, gradient clipping and an AdamW update (fused
-on a CPU, as the Lightning module does), for both models; ours uses the module's loss (which also
+in fp32, as the Lightning module does on a CPU), for both models; ours uses the module's loss (which also
 yields the NLL it logs), the twin ``F.cross_entropy(label_smoothing=0.1)`` in float32. The twin
 has identical sizes (d_model, heads, layers, d_ff, shared vocabulary, tied embeddings, dropout)
 and gets the same real-corpus batches and the same masks (source padding, target padding +

@@ -123,9 +123,8 @@ def bf16_speedup(model_cfg: ModelConfig, budget_s: float = PROBE_SECONDS) -> flo
     """fp32 time / bf16-autocast time of the model's feed-forward matmuls, forward and backward.
 
     Tokens go through (D -> d_ff -> D), as many as make :data:`PROBE_FLOPS` (up to a training
-    batch's 4,096), so one step stays
-    short even where bf16 is emulated; repetitions alternate between the two dtypes and stop
-    before ``budget_s`` would be exceeded.
+    batch's 4,096), so one step stays short even where bf16 is emulated; repetitions alternate
+    between the two dtypes and stop before ``budget_s`` would be exceeded.
     """
     rows = min(4096, max(64, int(PROBE_FLOPS / (12 * model_cfg.d_model * model_cfg.d_ff)) // 64 * 64))
     generator = torch.Generator().manual_seed(0)
@@ -175,5 +174,5 @@ def resolve_dtype(requested: str, model_cfg: ModelConfig, device_type: str) -> t
     """Inference dtype: a name from :data:`INFERENCE_DTYPES`, or "auto" for the training rule's choice."""
     if requested != AUTO:
         return INFERENCE_DTYPES[requested], "set explicitly"
-    precision, reason = choose_precision(device_type, detect(), lambda: bf16_speedup(model_cfg))
-    return precision_dtype(precision), reason
+    precision, reason = resolve_precision(AUTO, model_cfg, device_type)
+    return precision_dtype(str(precision)), reason
