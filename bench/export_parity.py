@@ -1,7 +1,7 @@
 """How closely a CTranslate2 export follows its checkpoint, on the checkpoint's held-out test split.
 
 Exports the checkpoint with float32 and int8 weights, decodes the test split greedily and with
-beam 5 through the PyTorch ``Translator`` and through each export, and prints, per export and
+beam 5 through the PyTorch ``Translator`` in float32 and through each export, and prints, per export and
 search: the share of sentences with exactly the same output tokens as PyTorch, the largest score
 difference on those, and corpus BLEU/chrF of each against all references.
 
@@ -61,7 +61,7 @@ def main() -> None:
         q: CT2Translator(export_checkpoint(args.ckpt, Path(workdir.name) / q, q), device="cpu")
         for q in ("float32", "int8")
     }
-    print(f"{args.ckpt}: {len(texts)} {args.split} sentences")
+    print(f"{args.ckpt}: {len(texts)} {args.split} sentences; reference side: {ours.compute}")
     for search, beam in SEARCHES.items():
         reference, seconds = decode(ours, sources, beam)
         report(f"pytorch {search}", ours, reference, reference, references, seconds)
@@ -85,7 +85,7 @@ def report(
     result = score(translator.tokenizer.decode_target([h.tokens for h in got]), references)
     print(
         f"  {name:22s} same tokens {100 * sum(same) / len(same):6.2f} %  max |Δscore| {gap:.2e}  "
-        f"BLEU {result['bleu']:6.2f}  chrF {result['chrf']:6.2f}  ({seconds:.1f} s)"
+        f"BLEU {result['bleu']:6.2f}  chrF {result['chrf']:6.2f}  ({seconds:.1f} s, {translator.compute})"
     )
 
 

@@ -39,12 +39,17 @@ def _run(capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, str, str]:
 def test_model_prints_what_the_checkpoint_prints(
     trained_ckpt: Path, exported: Path, capsys, mode: list[str]
 ) -> None:
-    code, expected, _ = _run(capsys, "--ckpt", str(trained_ckpt), *mode)
+    code, expected, _ = _run(capsys, "--ckpt", str(trained_ckpt), "--dtype", "float32", *mode)
     assert code == 0 and expected
     code, got, err = _run(capsys, "--model", str(exported), *mode)
     assert code == 0, err
     if "--nbest" in mode:  # scores differ in the 4th decimal (see ct2_translator), texts and order do not
         got, expected = ([line.split("\t")[::2] for line in text.splitlines()] for text in (got, expected))
+    if "--eval" in mode:  # the same scores; the last line says what each side computed in
+        *got, got_compute = got.splitlines()
+        *expected, expected_compute = expected.splitlines()
+        assert expected_compute == "compute = PyTorch float32 (set explicitly)"
+        assert got_compute == "compute = CTranslate2 float32 (the export's weight type)"
     assert got == expected
 
 
@@ -53,7 +58,7 @@ def test_stdin_and_interactive_keep_blank_lines(
     trained_ckpt: Path, exported: Path, capsys, monkeypatch, interactive: bool
 ) -> None:
     outputs = []
-    for model in (["--ckpt", str(trained_ckpt)], ["--model", str(exported)]):
+    for model in (["--ckpt", str(trained_ckpt), "--dtype", "float32"], ["--model", str(exported)]):
         monkeypatch.setattr(sys, "stdin", io.StringIO("How are you?\n\n  \nI like coffee.\n"))
         code, out, _ = _run(capsys, *model, *(["--interactive"] if interactive else []))
         assert code == 0

@@ -262,32 +262,34 @@ def _interactive(translator: TranslatorBase, args: argparse.Namespace, out: Text
             _show_attention(translator, line, args, out)
 
 
-def _load(args: argparse.Namespace) -> tuple[TranslatorBase, DataConfig]:
-    """The backend ``--ckpt`` or ``--model`` names, with the decoding overrides, and its data config."""
+def _load(args: argparse.Namespace) -> tuple[TranslatorBase, DataConfig, str]:
+    """The backend ``--ckpt`` or ``--model`` names, with the decoding overrides, its data config,
+    and what it computes in with the reason (the ``compute = ...`` line of an ``--eval`` report)."""
     if args.model:
         from seq2seq.inference.ct2_translator import CT2Translator  # ctranslate2 loads only when used
 
         exported = CT2Translator(args.model, args.device, args.batch_tokens or DEFAULT_BATCH_TOKENS)
         translator: TranslatorBase = exported
         data_config = exported.data_config
+        reason = "the export's weight type"
     else:
         device = resolve_device(args.device)
         loaded = load_model(args.ckpt, map_location=device)
         batch_tokens = args.batch_tokens or loaded.data_config.eval_max_tokens
-        dtype, _ = resolve_dtype(args.dtype, loaded.model.cfg, device.type)
+        dtype, reason = resolve_dtype(args.dtype, loaded.model.cfg, device.type)
         translator = Translator(
             loaded.model, loaded.tokenizer, loaded.decode_config, device, batch_tokens, dtype
         )
         data_config = loaded.data_config
     translator.decode_cfg = decode_settings(translator.decode_cfg, args)
-    return translator, data_config
+    return translator, data_config, f"{translator.compute} ({reason})"
 
 
 def run(args: argparse.Namespace) -> int:
     _check(args)
     if isinstance(sys.stdin, io.TextIOWrapper):  # bytes that are not UTF-8 become U+FFFD, not a crash
         sys.stdin.reconfigure(errors="replace")
-    translator, data_config = _load(args)
+    translator, data_config, compute = _load(args)
     if args.seed is not None:
         translator.seed(args.seed)
     if args.interactive:
@@ -301,7 +303,7 @@ def run(args: argparse.Namespace) -> int:
             with _output(args.output) as out:
                 out.writelines(text + "\n" for text in evaluation.hypotheses)
         with _output(None) as out:
-            out.write(format_scores(evaluation.scores) + "\n")
+            out.write(format_scores(evaluation.scores) + f"\ncompute = {compute}\n")
         return 0
     with _output(args.output) as out:
         progress = not args.sentences and _stdin_is_file()  # a pipe or a terminal gets no bar

@@ -88,6 +88,10 @@ class CT2Translator(TranslatorBase):
         ctranslate2.set_random_seed(seed)
         self.engine = self._load_engine()
 
+    @property
+    def compute(self) -> str:
+        return f"CTranslate2 {self.engine.compute_type}"
+
     def search(self, sources: list[list[int]], cfg: DecodeConfig) -> list[list[Hypothesis]]:
         """Decode one batch of encoded sources (non-empty, from :meth:`encode`)."""
         limits = output_limits(pad_ids(sources), cfg, self.max_positions, PAD_ID).tolist()

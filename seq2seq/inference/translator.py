@@ -100,6 +100,12 @@ class TranslatorBase(ABC):
     def seed(self, seed: int) -> None:
         """Seed the random draws of sampling, so that a run can be repeated."""
 
+    @property
+    @abstractmethod
+    def compute(self) -> str:
+        """Engine and number type, e.g. "PyTorch bfloat16 autocast": reports that compare two decoders
+        state it for each side, since bf16 rounding alone can change a near-tie's output."""
+
     def settings(self, beam: int | None = None, nbest: int | None = None) -> DecodeConfig:
         """The decoding config with ``beam``/``nbest`` overridden (nbest is capped by a smaller beam)."""
         if beam is None and nbest is None:
@@ -181,6 +187,11 @@ class Translator(TranslatorBase):
         batch_tokens = batch_tokens or loaded.data_config.eval_max_tokens
         compute, _ = resolve_dtype(dtype, loaded.model.cfg, target.type)
         return cls(loaded.model, loaded.tokenizer, loaded.decode_config, target, batch_tokens, compute)
+
+    @property
+    def compute(self) -> str:
+        name = str(self.dtype).removeprefix("torch.")
+        return f"PyTorch {name}" if self.dtype == torch.float32 else f"PyTorch {name} autocast"
 
     def search(self, sources: list[list[int]], cfg: DecodeConfig) -> list[list[Hypothesis]]:
         """Decode one batch of encoded sources (non-empty, from :meth:`encode`)."""
