@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 import torch
 from compose import model_config
+from cpu_classes import CPU_CLASSES, fake_cpu
 from tiny import BLEU, CORPUS, STEP, tiny_tokenizer
 from trained import train_tiny_checkpoint
 
@@ -16,6 +17,25 @@ from seq2seq.inference.cli import main
 from seq2seq.inference.translator import Translator
 from seq2seq.model import Transformer
 from seq2seq.training.checkpoint import MODEL_PREFIX, entry, save_atomically
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--as-cpu",
+        choices=sorted(CPU_CLASSES),
+        help="let precision/dtype 'auto' decide as such a CPU would (faked flags and bf16 probe), "
+        "whatever CPU runs the suite: no test's outcome may change",
+    )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def as_cpu(request: pytest.FixtureRequest) -> Iterator[None]:
+    """``--as-cpu NAME``: the whole session sees a CPU of that class (in this process)."""
+    name = request.config.getoption("--as-cpu")
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        if name:
+            fake_cpu(monkeypatch, name)
+        yield
 
 
 def _tiny_data(cache_dir: Path) -> DataConfig:
@@ -60,7 +80,8 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory, tiny_model_cfg: ModelCo
 
 @pytest.fixture(scope="module")
 def translator(checkpoint: Path) -> Translator:
-    return Translator.from_checkpoint(checkpoint, device="cpu")
+    """The float32 reference that other paths (server, batching) must equal to the last digit."""
+    return Translator.from_checkpoint(checkpoint, device="cpu", dtype="float32")
 
 
 @pytest.fixture
@@ -79,3 +100,15 @@ def run_cli(capsys: pytest.CaptureFixture) -> Callable[..., tuple[int, list[str]
 def trained_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A checkpoint of the tiny model trained on ``fixtures/tiny.tsv`` (see ``trained.py``)."""
     return train_tiny_checkpoint(tmp_path_factory.mktemp("trained"))
+
+
+MEMORISED_PAIRS = 40
+
+
+@pytest.fixture(scope="session")
+def memorised_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny model trained until it has learnt the fixture's first :data:`MEMORISED_PAIRS` pairs by
+    heart (greedy BLEU about 99 on them): next-token margins as clear as a good model's, so that
+    the rounding of bf16 moves scores but not translations."""
+    directory = tmp_path_factory.mktemp("memorised")
+    return train_tiny_checkpoint(directory, steps=200, batch_size=MEMORISED_PAIRS, pairs=MEMORISED_PAIRS)

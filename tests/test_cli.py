@@ -27,7 +27,9 @@ def best_texts(translator: Translator, texts: list[str], settings=None) -> list[
 
 
 def test_sentences_on_the_command_line(checkpoint: Path, translator: Translator, run_cli) -> None:
-    code, lines, _ = run_cli("--ckpt", str(checkpoint), "--device", "cpu", "How are you?", "I like coffee.")
+    code, lines, _ = run_cli(
+        "--ckpt", str(checkpoint), "--device", "cpu", "--dtype", "float32", "How are you?", "I like coffee."
+    )
     assert code == 0
     assert lines == best_texts(translator, ["How are you?", "I like coffee."])
     assert all(lines)
@@ -37,7 +39,7 @@ def test_stdin_keeps_blank_lines_aligned(
     checkpoint: Path, translator: Translator, run_cli, monkeypatch
 ) -> None:
     monkeypatch.setattr(sys, "stdin", io.StringIO("How are you?\n\n   \nI like coffee.\n"))
-    code, lines, err = run_cli("--ckpt", str(checkpoint), "--device", "cpu")
+    code, lines, err = run_cli("--ckpt", str(checkpoint), "--device", "cpu", "--dtype", "float32")
     assert code == 0
     first, last = best_texts(translator, ["How are you?", "I like coffee."])
     assert lines == [first, "", "", last]
@@ -264,7 +266,9 @@ def test_seeded_top_p_sampling_repeats_through_the_translator_and_the_cli(
     sampling = ["--sample", "--temperature", "1.5", "--top-p", "0.9", "--seed", "5"]
     expected = "".join(f"{text}\n" for text in runs[5][0])  # not splitlines: random weights emit \x0c
     for _ in range(2):
-        assert main(["--ckpt", str(checkpoint), "--device", "cpu", *sampling, *texts]) == 0
+        assert (
+            main(["--ckpt", str(checkpoint), "--device", "cpu", "--dtype", "float32", *sampling, *texts]) == 0
+        )
         assert capsys.readouterr().out == expected
 
 

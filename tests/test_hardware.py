@@ -12,7 +12,8 @@ import pytest
 import pytorch_lightning as pl
 import torch
 import yaml
-from compose import ROOT, tiny_run
+from compose import ROOT, compose_train, tiny_run
+from cpu_classes import CPU_CLASSES, fake_cpu
 
 from seq2seq.config import DecodeConfig, ModelConfig, OptimConfig
 from seq2seq.data.datamodule import TranslationDataModule
@@ -21,11 +22,11 @@ from seq2seq.hardware import (
     bf16_speedup,
     choose_precision,
     describe,
-    detect,
     parse_cpuinfo,
     precision_dtype,
     resolve_dtype,
     resolve_precision,
+    speedup_of,
 )
 from seq2seq.inference.cli import main as translate_main
 from seq2seq.inference.translator import Translator
@@ -92,11 +93,12 @@ def test_auto_resolves_to_a_concrete_precision_on_this_machine():
     assert precision in {"32-true", "bf16-mixed"} and reason
 
 
-def test_inference_dtype_follows_the_same_rule_or_the_name_given():
+@pytest.mark.parametrize("cpu", sorted(CPU_CLASSES))
+def test_inference_dtype_follows_the_same_rule_or_the_name_given(cpu, monkeypatch):
+    fake_cpu(monkeypatch, cpu)
     assert resolve_dtype("bfloat16", TINY, "cpu") == (torch.bfloat16, "set explicitly")
     assert resolve_dtype("float16", TINY, "cuda")[0] == torch.float16
-    dtype, _ = resolve_dtype("auto", TINY, "cpu")
-    assert dtype == torch.float32 if not detect().native_bf16 else dtype in {torch.float32, torch.bfloat16}
+    assert resolve_dtype("auto", TINY, "cpu")[0] == CPU_CLASSES[cpu][3]
     assert [precision_dtype(p) for p in ("bf16-mixed", "16-mixed", "32-true", "bf16-true")] == [
         torch.bfloat16,
         torch.float16,
@@ -138,13 +140,34 @@ def bf16_run(tmp_path_factory) -> Path:
     return tmp_path / "run"
 
 
-def test_training_records_the_concrete_precision_it_chose(tmp_path):
-    train(tiny_run(tmp_path / "run", tmp_path / "cache", "trainer.max_epochs=1"))
+@pytest.mark.parametrize("cpu", sorted(CPU_CLASSES))
+def test_training_records_the_precision_auto_chose(tmp_path, monkeypatch, cpu):
+    """The whole path a run takes on each class of CPU, whichever CPU runs the test."""
+    fake_cpu(monkeypatch, cpu)
+    overrides = ("trainer.precision=auto", "trainer.max_epochs=1")
+    train(tiny_run(tmp_path / "run", tmp_path / "cache", *overrides))
     config, hparams = run_files(tmp_path / "run")
-    chosen = yaml.safe_load(config)["trainer"]["precision"]
-    assert chosen in {"32-true", "bf16-mixed"}
-    assert config.startswith("# hardware: cpu ") and f"# precision: {chosen} (" in config
-    assert hparams["precision"] == chosen and hparams["hardware"].startswith("hardware: cpu ")
+    expected = CPU_CLASSES[cpu][2]
+    assert yaml.safe_load(config)["trainer"]["precision"] == expected
+    reason = "native bf16, 1.50x fp32 in the probe" if cpu == "bf16" else "no AVX512-BF16/AMX"
+    assert config.startswith("# hardware: cpu ") and f"# precision: {expected} (" in config
+    assert f"(faked: {cpu} CPU), 2 threads: {reason})" in config
+    assert hparams["precision"] == expected and hparams["hardware"].startswith("hardware: cpu ")
+
+
+def test_the_tiny_experiment_trains_in_fp32_on_every_machine():
+    """Tests and CI train ``experiment=tiny``: its numerics must not depend on the CPU."""
+    assert compose_train("experiment=tiny").trainer.precision == "32-true"
+
+
+@pytest.mark.parametrize("cpu", sorted(CPU_CLASSES))
+def test_translate_auto_decodes_in_the_dtype_of_the_cpu_and_says_so(checkpoint, monkeypatch, capsys, cpu):
+    fake_cpu(monkeypatch, cpu)
+    expected = CPU_CLASSES[cpu][3]
+    assert Translator.from_checkpoint(checkpoint, device="cpu").dtype == expected
+    assert translate_main(["--ckpt", str(checkpoint), "--device", "cpu", "--eval", "test"]) == 0
+    compute = "PyTorch float32 (" if cpu == "no-bf16" else "PyTorch bfloat16 autocast ("
+    assert f"compute = {compute}" in capsys.readouterr().out
 
 
 def test_training_keeps_an_explicit_precision(bf16_run):

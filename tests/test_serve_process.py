@@ -80,7 +80,7 @@ def stop(server: Server) -> None:
 
 @pytest.fixture(scope="module")
 def translator(checkpoint: Path) -> Translator:
-    return Translator.from_checkpoint(checkpoint, device="cpu")
+    return Translator.from_checkpoint(checkpoint, device="cpu", dtype="float32")  # as the server decodes
 
 
 def in_flight(server: Server) -> int:

@@ -21,18 +21,21 @@ from seq2seq.model import Transformer
 from seq2seq.training.checkpoint import MODEL_PREFIX, entry
 
 
-def train_tiny_checkpoint(directory: Path, steps: int = 150, batch_size: int = 50, seed: int = 0) -> Path:
-    """Train the tiny model on the fixture and write ``directory/tiny.ckpt``; returns its path."""
+def train_tiny_checkpoint(
+    directory: Path, steps: int = 150, batch_size: int = 50, seed: int = 0, pairs: int | None = None
+) -> Path:
+    """Train the tiny model on the fixture (its first ``pairs`` pairs, or all) and write
+    ``directory/tiny.ckpt``; returns its path."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # matrices this small: a second thread costs more than it does
     try:
-        return _train(directory, steps, batch_size, seed)
+        return _train(directory, steps, batch_size, seed, pairs)
     finally:
         torch.set_num_threads(threads)
 
 
-def _train(directory: Path, steps: int, batch_size: int, seed: int) -> Path:
-    pairs = [line.split("\t") for line in CORPUS.read_text(encoding="utf-8").splitlines()]
+def _train(directory: Path, steps: int, batch_size: int, seed: int, limit: int | None) -> Path:
+    pairs = [line.split("\t") for line in CORPUS.read_text(encoding="utf-8").splitlines()][:limit]
     tokenizer = tiny_tokenizer()
     src_ids = tokenizer.encode_source([s for s, _ in pairs])
     tgt_ids = tokenizer.encode_target([t for _, t in pairs])
