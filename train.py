@@ -12,9 +12,9 @@ import seq2seq.threads  # noqa: F401  (first of ours, and nothing above loads to
 # isort: split
 import torch
 
+from seq2seq.checkpoint import CheckpointError
 from seq2seq.config import ConfigError, DataError
 from seq2seq.recipe import choose_recipe
-from seq2seq.training.checkpoint import CheckpointError
 from seq2seq.training.module import NonFiniteLossError
 from seq2seq.training.run import discard_unstarted_run, train
 

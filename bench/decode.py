@@ -36,6 +36,7 @@ from omegaconf import OmegaConf
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from seq2seq.checkpoint import LoadedModel, load_model  # noqa: E402
 from seq2seq.config import DataConfig, DecodeConfig, ModelConfig, validated  # noqa: E402
 from seq2seq.data import corpus  # noqa: E402
 from seq2seq.data.batching import pad_ids  # noqa: E402
@@ -46,7 +47,6 @@ from seq2seq.hardware import AUTO, describe, resolve_dtype  # noqa: E402
 from seq2seq.inference.ct2_translator import CT2Translator  # noqa: E402
 from seq2seq.inference.translator import Translator, TranslatorBase  # noqa: E402
 from seq2seq.model import Transformer  # noqa: E402
-from seq2seq.training.checkpoint import LoadedModel, load_model  # noqa: E402
 
 CORPUS = ROOT / "data" / "spa-eng" / "spa.txt.gz"
 VOCAB = {"tiny": 2000, "small": 8000}  # model size (configs/model/<size>.yaml) -> vocabulary size

@@ -19,13 +19,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from seq2seq.checkpoint import load_model  # noqa: E402
 from seq2seq.data import corpus  # noqa: E402
 from seq2seq.decoding import Hypothesis  # noqa: E402
 from seq2seq.export.to_ctranslate2 import export_checkpoint  # noqa: E402
 from seq2seq.inference.ct2_translator import CT2Translator  # noqa: E402
 from seq2seq.inference.evaluation import score  # noqa: E402
 from seq2seq.inference.translator import Translator, TranslatorBase, token_budget_batches  # noqa: E402
-from seq2seq.training.checkpoint import load_model  # noqa: E402
 
 SEARCHES = {"greedy": 1, "beam 5": 5}
 

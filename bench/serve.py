@@ -31,11 +31,11 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from seq2seq.checkpoint import inference_state  # noqa: E402
 from seq2seq.config import DataConfig, DecodeConfig, ModelConfig  # noqa: E402
 from seq2seq.data.tokenizer import PAD_ID, TranslationTokenizer  # noqa: E402
 from seq2seq.inference.translator import Translator  # noqa: E402
 from seq2seq.model import Transformer  # noqa: E402
-from seq2seq.training.checkpoint import inference_state  # noqa: E402
 
 CORPUS = ROOT / "data" / "spa-eng" / "spa.txt.gz"
 TARGET = 4.0

@@ -12,11 +12,11 @@ from cpu_classes import CPU_CLASSES, fake_cpu
 from tiny import BLEU, CORPUS, STEP, tiny_tokenizer
 from trained import train_tiny_checkpoint
 
+from seq2seq.checkpoint import MODEL_PREFIX, entry, save_atomically
 from seq2seq.config import DataConfig, DecodeConfig, ModelConfig
 from seq2seq.inference.cli import main
 from seq2seq.inference.translator import Translator
 from seq2seq.model import Transformer
-from seq2seq.training.checkpoint import MODEL_PREFIX, entry, save_atomically
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -8,9 +8,9 @@ from pathlib import Path
 import torch
 from tiny import tiny_tokenizer
 
+from seq2seq.checkpoint import entry, load_model, resume_state, save_atomically
 from seq2seq.config import DataConfig, DecodeConfig, ModelConfig
 from seq2seq.model import Transformer
-from seq2seq.training.checkpoint import entry, load_model, resume_state, save_atomically
 
 ENTRY_KEYS = {  # what checkpoints written by earlier versions carry under checkpoint["seq2seq"]
     "model_config",

@@ -14,12 +14,12 @@ import torch
 from compose import ROOT
 from tiny import CORPUS, tiny_tokenizer
 
+from seq2seq.checkpoint import MODEL_PREFIX
 from seq2seq.config import ModelConfig
 from seq2seq.inference import translator as translate_module
 from seq2seq.inference.cli import main
 from seq2seq.inference.translator import Translator
 from seq2seq.model import Transformer
-from seq2seq.training.checkpoint import MODEL_PREFIX
 
 
 def best_texts(translator: Translator, texts: list[str], settings=None) -> list[str]:

@@ -11,6 +11,7 @@ from compose import model_config
 from tiny import CORPUS, tiny_tokenizer
 from torch import nn
 
+from seq2seq.checkpoint import MODEL_PREFIX, entry, load_model
 from seq2seq.config import DataConfig, DecodeConfig, ModelConfig
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, TranslationTokenizer
 from seq2seq.export.__main__ import main as export_main
@@ -19,7 +20,6 @@ from seq2seq.export.to_ctranslate2 import build_spec, export_checkpoint
 from seq2seq.inference.ct2_translator import CT2Translator
 from seq2seq.inference.translator import Translator
 from seq2seq.model import Transformer
-from seq2seq.training.checkpoint import MODEL_PREFIX, entry, load_model
 
 
 @pytest.fixture(scope="module")

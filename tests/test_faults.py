@@ -14,9 +14,9 @@ import pytorch_lightning as pl
 import torch
 from compose import ROOT, tiny_run
 
+from seq2seq.checkpoint import CheckpointError
 from seq2seq.config import ConfigError, DataError
 from seq2seq.training import run as training
-from seq2seq.training.checkpoint import CheckpointError
 from seq2seq.training.module import NonFiniteLossError
 from seq2seq.training.run import train
 

@@ -17,12 +17,12 @@ import torch
 from fastapi.testclient import TestClient
 from tiny import BLEU, STEP
 
+from seq2seq.checkpoint import load_model
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID
 from seq2seq.inference.translator import Translator
 from seq2seq.serving.app import create_app
 from seq2seq.serving.batcher import DynamicBatcher
 from seq2seq.serving.service import Limits, TranslationService
-from seq2seq.training.checkpoint import load_model
 
 SENTENCES = ["How are you?", "I like coffee.", "Tom is here.", "Where is the station, please?", "Hi.", "   "]
 

@@ -9,10 +9,10 @@ import torch
 from compose import ROOT, tiny_run
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from seq2seq.checkpoint import load_model, read_checkpoint
 from seq2seq.config import ConfigError
 from seq2seq.inference.cli import main as translate_main
 from seq2seq.inference.translator import Translator
-from seq2seq.training.checkpoint import load_model, read_checkpoint
 from seq2seq.training.run import train
 
 

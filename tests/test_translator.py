@@ -7,9 +7,9 @@ import logging
 import random
 from pathlib import Path
 
+from seq2seq.checkpoint import load_model
 from seq2seq.inference import translator as translate_module
 from seq2seq.inference.translator import Translator
-from seq2seq.training.checkpoint import load_model
 
 
 def best_texts(translator: Translator, texts, settings=None) -> list[str]:

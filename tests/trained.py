@@ -14,11 +14,11 @@ import torch.nn.functional as F
 from compose import model_config
 from tiny import CORPUS, tiny_tokenizer
 
+from seq2seq.checkpoint import MODEL_PREFIX, entry
 from seq2seq.config import DataConfig, DecodeConfig
 from seq2seq.data.batching import pad_ids
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from seq2seq.model import Transformer
-from seq2seq.training.checkpoint import MODEL_PREFIX, entry
 
 
 def train_tiny_checkpoint(

@@ -10,10 +10,10 @@ from __future__ import annotations
 import argparse
 import sys
 
+from seq2seq.checkpoint import CheckpointError
 from seq2seq.command_line import OneLineParser, UsageError
 from seq2seq.export.bundle import ExportError
 from seq2seq.export.to_ctranslate2 import QUANTIZATIONS, export_checkpoint
-from seq2seq.training.checkpoint import CheckpointError
 
 PROG = "python -m seq2seq.export"
 

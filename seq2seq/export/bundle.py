@@ -16,9 +16,9 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from seq2seq.checkpoint import LoadedModel
 from seq2seq.config import DataConfig, DecodeConfig, ModelConfig
 from seq2seq.data.tokenizer import TranslationTokenizer
-from seq2seq.training.checkpoint import LoadedModel
 
 METADATA_FILE = "seq2seq.json"
 FORMAT = "seq2seq/ctranslate2"  # what seq2seq.json says it describes

@@ -23,6 +23,7 @@ from typing import TextIO
 
 from tqdm import tqdm
 
+from seq2seq.checkpoint import CheckpointError, load_model
 from seq2seq.command_line import OneLineParser, UsageError
 from seq2seq.config import ConfigError, DataConfig, DataError, DecodeConfig
 from seq2seq.export.bundle import ExportError
@@ -37,7 +38,6 @@ from seq2seq.inference.translator import (
     TranslatorBase,
     resolve_device,
 )
-from seq2seq.training.checkpoint import CheckpointError, load_model
 
 PROG = "translate.py"
 EXAMPLES = f"""examples:

@@ -24,13 +24,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from seq2seq.checkpoint import load_model
 from seq2seq.config import DataConfig, DecodeConfig
 from seq2seq.data.batching import pack, pad_ids
 from seq2seq.data.tokenizer import EOS_ID, TranslationTokenizer
 from seq2seq.decoding import Hypothesis, generate
 from seq2seq.hardware import AUTO, resolve_dtype
 from seq2seq.model import Transformer
-from seq2seq.training.checkpoint import load_model
 
 log = logging.getLogger(__name__)
 

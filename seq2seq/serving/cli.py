@@ -1,4 +1,4 @@
-"""Command line behind ``serve.py`` and ``python -m seq2seq.serve``: load, say what is served, run uvicorn.
+"""Command line behind ``serve.py``: load, say what is served, run uvicorn.
 
 The listening socket is bound before the address is printed, so ``--port 0`` (any free port)
 prints the real port and a client that connects right after the line is printed waits for
@@ -19,12 +19,12 @@ from collections.abc import Iterator
 
 import uvicorn
 
+from seq2seq.checkpoint import CheckpointError, LoadedModel, load_model
 from seq2seq.command_line import OneLineParser, UsageError
 from seq2seq.inference.translator import DEFAULT_BATCH_TOKENS, Translator, resolve_device
 from seq2seq.serving.app import create_app
 from seq2seq.serving.batcher import DynamicBatcher
 from seq2seq.serving.service import DEFAULT_MAX_INPUT_CHARS, Limits, TranslationService
-from seq2seq.training.checkpoint import CheckpointError, LoadedModel, load_model
 
 PROG = "serve.py"
 GRACEFUL_TIMEOUT_S = 30  # requests still running after this long at shutdown are cancelled

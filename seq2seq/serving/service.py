@@ -12,6 +12,7 @@ from pathlib import Path
 
 from torch import Tensor
 
+from seq2seq.checkpoint import LoadedModel
 from seq2seq.config import DecodeConfig
 from seq2seq.inference.attention_views import AttentionKind, translate_with_attention
 from seq2seq.inference.translator import Translator
@@ -24,7 +25,6 @@ from seq2seq.serving.schemas import (
     InfoResponse,
     TranslationResult,
 )
-from seq2seq.training.checkpoint import LoadedModel
 
 DEFAULT_MAX_INPUT_CHARS = 1000
 ATTENTION_DECIMALS = 4  # enough for a heatmap, and keeps the JSON small

@@ -1,7 +1,7 @@
 """The LightningModule: loss, optimiser, schedule, logging and validation BLEU.
 
 It takes plain dicts of config so ``save_hyperparameters`` and ``load_from_checkpoint``
-work; the tokenizer travels in the checkpoint's entry (:mod:`seq2seq.training.checkpoint`).
+work; the tokenizer travels in the checkpoint's entry (:mod:`seq2seq.checkpoint`).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import pytorch_lightning as pl
 import torch
 from torch import Tensor
 
+from seq2seq.checkpoint import KEY, entry, resume_state
 from seq2seq.config import DataConfig, DecodeConfig, ModelConfig, OptimConfig
 from seq2seq.data.batching import Batch
 from seq2seq.data.tokenizer import TranslationTokenizer
@@ -24,7 +25,6 @@ from seq2seq.inference.evaluation import score
 from seq2seq.inference.translator import Translator
 from seq2seq.model import Transformer
 from seq2seq.training.budget import inverse_sqrt_factor, wsd_factor
-from seq2seq.training.checkpoint import KEY, entry, resume_state
 from seq2seq.training.loss import label_smoothed_loss
 
 log = logging.getLogger(__name__)
