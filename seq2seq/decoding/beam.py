@@ -4,8 +4,9 @@ Each step scores every one-token extension of the live beams of every active sen
 keeps the 2K best (:func:`_expand`), moves EOS-ending ones into the finished list
 (:func:`_finish_eos`), keeps the K best others as the new beams (:func:`_prune`) and drops
 sentences that are done (:func:`_done`) from the batch and the cache. A sentence is done when
-K hypotheses have finished (fairseq's rule), when no live beam can still enter its n-best,
-or at its length limit.
+no live beam can still enter its n-best, or at its length limit. (Stopping once K hypotheses
+have finished, fairseq's shortcut, returns poor early finishers of a confident model while its
+best beam is still mid-sentence.)
 """
 
 from __future__ import annotations
@@ -123,13 +124,12 @@ def _finish_at_limit(finished: list[list[Hypothesis]], beams: _Beams, t: int, cf
 
 
 def _done(beams: _Beams, cfg: DecodeConfig) -> Tensor:
-    """(n,) True where K hypotheses ended or no live beam can still enter the n-best.
+    """(n,) True where no live beam can still enter the n-best.
 
     A live score s <= 0 can only fall, so its best normalised value is s / penalty(limit).
     """
     best_live = beams.scores.max(dim=1).values / length_penalty(beams.limits.float(), cfg.length_penalty)
-    can_improve = (beams.n_finished < cfg.nbest) | (best_live > beams.threshold)
-    return (beams.n_finished >= cfg.beam_size) | ~can_improve
+    return (beams.n_finished >= cfg.nbest) & (best_live <= beams.threshold)
 
 
 @torch.inference_mode()
