@@ -1,11 +1,13 @@
 """How closely a CTranslate2 export follows its checkpoint, on the checkpoint's held-out test split.
 
-Exports the checkpoint with float32 and int8 weights, decodes the test split greedily and with
-beam 5 through the PyTorch ``Translator`` in float32 and through each export, and prints, per export and
-search: the share of sentences with exactly the same output tokens as PyTorch, the largest score
-difference on those, and corpus BLEU/chrF of each against all references.
+Exports the checkpoint to CTranslate2 with float32 and int8 weights (and, with ``--transformers``,
+to transformers), decodes the test split greedily and with beam 5 through the PyTorch ``Translator``
+in float32 and through each export, and prints, per export and search: the share of sentences
+with exactly the same output tokens as PyTorch, the largest score difference on those, and corpus
+BLEU/chrF of each against all references. ``generate()`` rows are the transformers export called
+as a user calls it, without ``translate.py``'s per-sentence limits and re-ranking.
 
-    python bench/export_parity.py --ckpt runs/<date>/checkpoints/best.ckpt [--split test]
+    python bench/export_parity.py --ckpt runs/<date>/checkpoints/best.ckpt [--split test] [--transformers]
 """
 
 from __future__ import annotations
@@ -21,10 +23,16 @@ sys.path.insert(0, str(ROOT))
 
 from seq2seq.checkpoint import load_model  # noqa: E402
 from seq2seq.data import corpus  # noqa: E402
+from seq2seq.data.batching import pad_ids  # noqa: E402
+from seq2seq.data.tokenizer import EOS_ID, PAD_ID  # noqa: E402
 from seq2seq.decoding import Hypothesis  # noqa: E402
+from seq2seq.decoding.steps import output_limits  # noqa: E402
+from seq2seq.export.bundle import load_bundle  # noqa: E402
 from seq2seq.export.to_ctranslate2 import export_checkpoint  # noqa: E402
+from seq2seq.export.to_transformers import export_to_transformers  # noqa: E402
 from seq2seq.inference.ct2_translator import CT2Translator  # noqa: E402
 from seq2seq.inference.evaluation import score  # noqa: E402
+from seq2seq.inference.hf_translator import HFTranslator  # noqa: E402
 from seq2seq.inference.translator import Translator, TranslatorBase, token_budget_batches  # noqa: E402
 
 SEARCHES = {"greedy": 1, "beam 5": 5}
@@ -43,12 +51,41 @@ def decode(translator: TranslatorBase, sources: list[list[int]], beam: int) -> t
     return best, time.perf_counter() - start
 
 
+def plain_generate(
+    directory: Path, sources: list[list[int]], beam: int, batch_tokens: int
+) -> tuple[list[Hypothesis], float]:
+    """What a user of the transformers export gets: ``generate()`` on token-budget batches with the
+    folder's own settings (transformers' length penalty, one length limit per call: the batch's
+    largest), no re-ranking; scores are not comparable and stay 0."""
+    import torch
+    from transformers import AutoModelForSeq2SeqLM
+
+    model = AutoModelForSeq2SeqLM.from_pretrained(directory).eval()
+    cfg = load_bundle(directory).decode_config
+    best: list[Hypothesis] = [Hypothesis([], 0.0)] * len(sources)
+    start = time.perf_counter()
+    for batch in token_budget_batches(sources, batch_tokens):
+        src = pad_ids([sources[i] for i in batch])
+        limit = int(output_limits(src, cfg, model.config.max_position_embeddings, PAD_ID).max())
+        with torch.inference_mode():
+            out = model.generate(
+                input_ids=src, attention_mask=src != PAD_ID, num_beams=beam, max_new_tokens=limit
+            )
+        for i, row in zip(batch, out.tolist(), strict=True):
+            tokens = row[1:]
+            best[i] = Hypothesis(tokens[: tokens.index(EOS_ID)] if EOS_ID in tokens else tokens, 0.0)
+    return best, time.perf_counter() - start
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--ckpt", required=True, help="checkpoint written by train.py")
     parser.add_argument("--split", choices=["test", "valid"], default="test")
+    parser.add_argument(
+        "--transformers", action="store_true", help="also the transformers export (needs .[hf])"
+    )
     args = parser.parse_args()
 
     loaded = load_model(args.ckpt)
@@ -57,17 +94,25 @@ def main() -> None:
     texts, references = corpus.references(splits[args.split])
     sources = ours.encode(texts)
     workdir = tempfile.TemporaryDirectory(prefix="export-parity-")
-    engines = {
-        q: CT2Translator(export_checkpoint(args.ckpt, Path(workdir.name) / q, q), device="cpu")
+    engines: dict[str, TranslatorBase] = {
+        f"ct2 {q}": CT2Translator(export_checkpoint(args.ckpt, Path(workdir.name) / q, q), device="cpu")
         for q in ("float32", "int8")
     }
+    hf_dir = None
+    if args.transformers:
+        hf_dir = export_to_transformers(args.ckpt, Path(workdir.name) / "transformers")
+        engines["transformers"] = HFTranslator(hf_dir, "cpu")
     print(f"{args.ckpt}: {len(texts)} {args.split} sentences; reference side: {ours.compute}")
     for search, beam in SEARCHES.items():
         reference, seconds = decode(ours, sources, beam)
         report(f"pytorch {search}", ours, reference, reference, references, seconds)
-        for quantization, engine in engines.items():
+        for name, engine in engines.items():
             got, seconds = decode(engine, sources, beam)
-            report(f"ct2 {quantization} {search}", engine, got, reference, references, seconds)
+            report(f"{name} {search}", engine, got, reference, references, seconds)
+        if hf_dir is not None:
+            got, seconds = plain_generate(hf_dir, sources, beam, ours.batch_tokens)
+            transformers = engines["transformers"]
+            report(f"generate() {search}", transformers, got, reference, references, seconds, scored=False)
 
 
 def report(
@@ -77,14 +122,17 @@ def report(
     reference: list[Hypothesis],
     references: list[list[str]],
     seconds: float,
+    scored: bool = True,
 ) -> None:
+    """One line; ``scored=False`` for hypotheses whose scores are not ours (printed as —)."""
     same = [g.tokens == r.tokens for g, r in zip(got, reference, strict=True)]
     gap = max(
         (abs(g.score - r.score) for g, r, s in zip(got, reference, same, strict=True) if s), default=0.0
     )
     result = score(translator.tokenizer.decode_target([h.tokens for h in got]), references)
     print(
-        f"  {name:22s} same tokens {100 * sum(same) / len(same):6.2f} %  max |Δscore| {gap:.2e}  "
+        f"  {name:22s} same tokens {100 * sum(same) / len(same):6.2f} %  "
+        f"max |Δscore| {f'{gap:.2e}' if scored else '   —    '}  "
         f"BLEU {result['bleu']:6.2f}  chrF {result['chrf']:6.2f}  ({seconds:.1f} s, {translator.compute})"
     )
 

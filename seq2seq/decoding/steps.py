@@ -7,7 +7,9 @@ where len counts the emitted tokens including EOS.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
+from itertools import groupby
 
 import torch
 from torch import Tensor
@@ -36,6 +38,12 @@ def output_limits(src: Tensor, cfg: DecodeConfig, max_positions: int, pad_id: in
     """
     src_len = (src != pad_id).sum(dim=1)
     return (cfg.max_len_a * src_len + cfg.max_len_b).long().clamp(1, max_positions)
+
+
+def rows_by_limit(limits: list[int]) -> Iterator[tuple[int, list[int]]]:
+    """(limit, rows with that limit), smallest limit first: for engines that take one limit per call."""
+    for limit, rows in groupby(sorted(range(len(limits)), key=limits.__getitem__), limits.__getitem__):
+        yield limit, list(rows)
 
 
 class CachedSteps:

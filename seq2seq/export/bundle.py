@@ -1,9 +1,10 @@
 """What an exported model directory holds besides the inference engine's own files.
 
-An export is self-contained like a checkpoint: next to CTranslate2's ``model.bin``,
-``config.json`` and vocabulary files, it keeps the project's tokenizer (``tokenizer.json``,
-or one file per side) and ``seq2seq.json`` with the model, decoding and data configs, so
-translating with it needs nothing else, and ``--eval test`` can rebuild the test split.
+An export is self-contained like a checkpoint: next to the engine's own files (CTranslate2's
+``model.bin``, transformers' ``model.safetensors``, each with its ``config.json``), it keeps the
+project's tokenizer (``tokenizer.json``, or one file per side) and ``seq2seq.json`` with the
+engine, the model, decoding and data configs, so translating with it needs nothing else, and
+``--eval test`` can rebuild the test split.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from seq2seq.config import DataConfig, DecodeConfig, ModelConfig
 from seq2seq.data.tokenizer import TranslationTokenizer
 
 METADATA_FILE = "seq2seq.json"
-FORMAT = "seq2seq/ctranslate2"  # what seq2seq.json says it describes
+ENGINES = ("ctranslate2", "transformers")  # seq2seq.json's "format" is "seq2seq/<engine>"
 VERSION = 1
 
 
@@ -39,13 +40,16 @@ class ExportedModel:
     data_config: DataConfig
     tokenizer: TranslationTokenizer
     quantization: str  # the weight type the export was written with
+    engine: str = "ctranslate2"  # one of ENGINES
 
 
-def save_bundle(directory: Path, loaded: LoadedModel, quantization: str, source: str) -> None:
+def save_bundle(
+    directory: Path, loaded: LoadedModel, quantization: str, source: str, engine: str = "ctranslate2"
+) -> None:
     """Write the tokenizer and ``seq2seq.json`` of ``loaded`` (exported from ``source``) to ``directory``."""
     loaded.tokenizer.save(directory)
     metadata = {
-        "format": FORMAT,
+        "format": f"seq2seq/{engine}",
         "version": VERSION,
         "quantization": quantization,
         "source": source,
@@ -105,7 +109,8 @@ def load_bundle(directory: str | Path) -> ExportedModel:
         )
     try:
         metadata = json.loads((directory / METADATA_FILE).read_text(encoding="utf-8"))
-        if metadata.get("format") != FORMAT or metadata.get("version") != VERSION:
+        engine = str(metadata.get("format")).removeprefix("seq2seq/")
+        if engine not in ENGINES or metadata.get("version") != VERSION:
             raise ValueError(f"format {metadata.get('format')!r} version {metadata.get('version')!r}")
         return ExportedModel(
             directory,
@@ -114,6 +119,7 @@ def load_bundle(directory: str | Path) -> ExportedModel:
             DataConfig(**metadata["data_config"]),
             TranslationTokenizer.load(directory),
             metadata["quantization"],
+            engine,
         )
     except Exception as err:  # bad JSON, another version, a missing tokenizer file: all mean "unusable"
         message = str(err).splitlines()[0] if str(err) else ""

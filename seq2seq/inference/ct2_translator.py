@@ -23,7 +23,6 @@ differs. Our decoding settings map onto ``ctranslate2.Translator.translate_batch
 
 from __future__ import annotations
 
-from itertools import groupby
 from pathlib import Path
 
 import ctranslate2
@@ -31,7 +30,7 @@ import ctranslate2
 from seq2seq.config import DecodeConfig
 from seq2seq.data.batching import pad_ids
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS
-from seq2seq.decoding.steps import Hypothesis, length_penalty, output_limits
+from seq2seq.decoding.steps import Hypothesis, length_penalty, output_limits, rows_by_limit
 from seq2seq.export.bundle import ExportError, load_bundle
 from seq2seq.inference.translator import DEFAULT_BATCH_TOKENS, TranslatorBase
 
@@ -97,8 +96,7 @@ class CT2Translator(TranslatorBase):
         limits = output_limits(pad_ids(sources), cfg, self.max_positions, PAD_ID).tolist()
         options = self._options(cfg)
         results: list[list[Hypothesis]] = [[] for _ in sources]
-        for limit, rows in groupby(sorted(range(len(sources)), key=limits.__getitem__), limits.__getitem__):
-            rows = list(rows)
+        for limit, rows in rows_by_limit(limits):
             batch = [[self._source_tokens[i] for i in sources[row]] for row in rows]
             outputs = self.engine.translate_batch(batch, max_decoding_length=limit, **options)
             for row, output in zip(rows, outputs, strict=True):

@@ -1,0 +1,136 @@
+"""The ``README.md`` model card of a transformers export: what the model is, what it was trained on
+and under which license, how it was trained, how well it translates, and how to use it.
+
+Scores are measured at export, on the weights exported, with the checkpoint's own decoding
+settings and ``translate.py``'s scoring (sacrebleu, every reference). What a checkpoint does not
+record (the hardware, the training time) is read from the run directory when the checkpoint is
+still in it, and otherwise said to be unknown rather than guessed.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import torch
+
+from seq2seq.checkpoint import LoadedModel, read_checkpoint
+from seq2seq.config import ConfigError, DataError
+from seq2seq.data import corpus
+from seq2seq.inference.evaluation import evaluate
+from seq2seq.inference.translator import Translator
+
+log = logging.getLogger(__name__)
+
+LANGUAGES = {"en": "English", "es": "Spanish"}
+TATOEBA = (
+    "English-Spanish sentence pairs of the [Tatoeba Project](https://tatoeba.org), as packaged by "
+    "[manythings.org/anki](http://www.manythings.org/anki/), released under "
+    "[CC-BY 2.0](http://creativecommons.org/licenses/by/2.0) "
+    "(attribution: www.manythings.org/anki and tatoeba.org)"
+)
+
+
+def _run_facts(checkpoint: Path) -> list[str]:
+    """Hardware, precision and training time, where the run left them."""
+    config = checkpoint.resolve().parent.parent / "config.yaml"  # <run>/checkpoints/<name>.ckpt
+    header = []
+    if config.is_file():
+        lines = config.read_text(encoding="utf-8").splitlines()
+        header = [line[2:] for line in lines if line.startswith(("# hardware:", "# precision:"))]
+    timer = read_checkpoint(checkpoint).get("callbacks", {}).get("Timer", {})
+    seconds = timer.get("time_elapsed", {}).get("train")
+    trained = f"training time: {seconds / 60:.1f} minutes" if seconds else "training time: not recorded"
+    return (header or ["hardware: not recorded (the checkpoint was moved out of its run directory)"]) + [
+        trained
+    ]
+
+
+def _scores(loaded: LoadedModel) -> list[str]:
+    """BLEU and chrF of the validation and test splits, as translate.py --eval prints them."""
+    translator = Translator(loaded.model, loaded.tokenizer, loaded.decode_config, dtype=torch.float32)
+    search = "greedy" if loaded.decode_config.beam_size == 1 else f"beam {loaded.decode_config.beam_size}"
+    try:
+        splits, _ = corpus.load_splits(loaded.data_config)
+    except (ConfigError, DataError, OSError) as err:
+        return [f"not measured: the training corpus cannot be read here ({str(err).splitlines()[0]})"]
+    rows = ["| split | sentences | BLEU | chrF | search |", "|---|---|---|---|---|"]
+    signatures = []
+    for split in ("valid", "test"):
+        log.info("model card: scoring the %s split", split)
+        sources, references = corpus.references(splits[split])
+        scores = evaluate(translator, sources, references).scores
+        bleu, chrf = f"{scores['bleu']:.2f}", f"{scores['chrf']:.2f}"
+        rows.append(f"| {split} | {scores['count']} | {bleu} | {chrf} | {search} |")
+        signatures = [f"BLEU: `{scores['bleu_signature']}`", f"chrF: `{scores['chrf_signature']}`"]
+    return [*rows, "", "sacrebleu signatures, " + "; ".join(signatures) + "."]
+
+
+def model_card(loaded: LoadedModel, checkpoint: Path, class_name: str) -> str:
+    """The card's Markdown text."""
+    data, cfg = loaded.data_config, loaded.model.cfg
+    src, tgt = (LANGUAGES.get(code, code) for code in (data.source_lang, data.target_lang))
+    parameters = sum(p.numel() for p in loaded.model.parameters())
+    norm = "pre-norm" if cfg.norm_first else "post-norm (as in the paper)"
+    data_line = TATOEBA if Path(data.path).name == "spa.txt.gz" else f"`{data.path}` (not the bundled corpus)"
+    return "\n".join(
+        [
+            "---",
+            f"language: [{data.source_lang}, {data.target_lang}]",
+            "license: cc-by-2.0",
+            "library_name: transformers",
+            "pipeline_tag: translation",
+            "---",
+            "",
+            f"# {src} → {tgt} Transformer ({class_name})",
+            "",
+            f"Translates {src} ({data.source_lang}) into {tgt} ({data.target_lang}). Trained from scratch "
+            "with seq2seq, a small encoder-decoder Transformer framework, and exported to transformers: "
+            "`AutoModelForSeq2SeqLM` and `generate()` give the translations of seq2seq's `translate.py`.",
+            "",
+            "## Data",
+            "",
+            f"{data_line}. Pairs longer than {data.max_length} tokens were left out; "
+            f"{data.valid_size} distinct source sentences were held out for validation and "
+            f"{data.test_size} for test.",
+            "",
+            "## Model",
+            "",
+            f"Encoder-decoder Transformer, {parameters / 1e6:.2f} M parameters: d_model {cfg.d_model}, "
+            f"{cfg.n_encoder_layers} encoder and {cfg.n_decoder_layers} decoder layers, {cfg.n_heads} "
+            f"heads, feed-forward {cfg.d_ff} (ReLU), {norm}, sinusoidal positions up to "
+            f"{cfg.max_positions}, a shared byte-level BPE vocabulary of {loaded.tokenizer.tgt_vocab_size} "
+            f"tokens{', tied embeddings' if cfg.tie_embeddings else ''}.",
+            "",
+            "## Training",
+            "",
+            f"{loaded.global_step if loaded.global_step is not None else 'unknown'} optimizer steps; "
+            f"best validation BLEU during training "
+            f"{'unknown' if loaded.best_bleu is None else f'{loaded.best_bleu:.2f}'}.",
+            "",
+            *[f"- {fact}" for fact in _run_facts(checkpoint)],
+            "",
+            "## Results",
+            "",
+            "Measured at export, in float32, on the exported weights (sacrebleu, every reference):",
+            "",
+            *_scores(loaded),
+            "",
+            "## Usage",
+            "",
+            "```python",
+            "from transformers import AutoModelForSeq2SeqLM, AutoTokenizer",
+            "",
+            'tokenizer = AutoTokenizer.from_pretrained("THIS_FOLDER")',
+            'model = AutoModelForSeq2SeqLM.from_pretrained("THIS_FOLDER")',
+            'batch = tokenizer(["How are you?"], return_tensors="pt", padding=True)',
+            "out = model.generate(**batch, num_beams=5, max_new_tokens=64)",
+            "print(tokenizer.batch_decode(out, skip_special_tokens=True))",
+            "```",
+            "",
+            "Greedy `generate()` gives `translate.py`'s translations. With `num_beams`, transformers "
+            "ranks finished beams by log-probability / length^α, `translate.py` by GNMT's "
+            "((5 + length) / 6)^α, so a few beam outputs differ.",
+            "",
+        ]
+    )
