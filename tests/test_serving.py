@@ -22,7 +22,7 @@ from seq2seq.data.tokenizer import BOS_ID, EOS_ID
 from seq2seq.inference.translator import Translator
 from seq2seq.serving.app import create_app
 from seq2seq.serving.batcher import DynamicBatcher
-from seq2seq.serving.service import Limits, TranslationService
+from seq2seq.serving.service import Limits, ServedModel, TranslationService
 
 SENTENCES = ["How are you?", "I like coffee.", "Tom is here.", "Where is the station, please?", "Hi.", "   "]
 
@@ -33,7 +33,9 @@ def serve(checkpoint: Path, queue_size: int = 64, max_wait_s: float = 0.005) -> 
     translator = Translator(loaded.model, loaded.tokenizer, loaded.decode_config, "cpu")
     batcher = DynamicBatcher(translator, queue_size, max_wait_s)
     service = TranslationService(
-        loaded, checkpoint, batcher, Limits(max_input_chars=200, queue_size=queue_size)
+        ServedModel.of_checkpoint(loaded, checkpoint),
+        batcher,
+        Limits(max_input_chars=200, queue_size=queue_size),
     )
     with TestClient(create_app(service)) as client:
         yield client
@@ -220,6 +222,7 @@ def test_attention_returns_every_map_of_the_best_translation(client, translator)
 def test_info_health_and_metrics(client, checkpoint, tiny_model_cfg) -> None:
     info = client.get("/info").json()
     assert (info["checkpoint"], info["step"], info["val_bleu"]) == (checkpoint.name, STEP, BLEU)
+    assert info["engine"] == "PyTorch float32"
     assert info["parameters"] == sum(p.numel() for p in load_model(checkpoint).model.parameters())
     assert info["model"]["n_heads"] == tiny_model_cfg.n_heads and info["tgt_vocab_size"] == 300
     assert client.get("/health").json() == {"status": "ok", "queue_depth": 0}

@@ -41,6 +41,8 @@ class ExportedModel:
     tokenizer: TranslationTokenizer
     quantization: str  # the weight type the export was written with
     engine: str = "ctranslate2"  # one of ENGINES
+    global_step: int | None = None  # the checkpoint's, when it recorded one
+    best_bleu: float | None = None
 
 
 def save_bundle(
@@ -53,6 +55,8 @@ def save_bundle(
         "version": VERSION,
         "quantization": quantization,
         "source": source,
+        "global_step": loaded.global_step,
+        "best_bleu": loaded.best_bleu,
         "model_config": asdict(loaded.model.cfg),
         "decode_config": asdict(loaded.decode_config),
         "data_config": asdict(loaded.data_config),
@@ -120,6 +124,8 @@ def load_bundle(directory: str | Path) -> ExportedModel:
             TranslationTokenizer.load(directory),
             metadata["quantization"],
             engine,
+            metadata.get("global_step"),  # exports written before these were recorded lack them
+            metadata.get("best_bleu"),
         )
     except Exception as err:  # bad JSON, another version, a missing tokenizer file: all mean "unusable"
         message = str(err).splitlines()[0] if str(err) else ""

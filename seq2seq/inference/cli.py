@@ -19,17 +19,18 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TextIO
 
 from tqdm import tqdm
 
 from seq2seq.checkpoint import CheckpointError, load_model
 from seq2seq.command_line import OneLineParser, UsageError
 from seq2seq.config import ConfigError, DataConfig, DataError, DecodeConfig
-from seq2seq.export.bundle import ExportError, load_bundle
+from seq2seq.export.bundle import ExportError
 from seq2seq.hardware import AUTO, INFERENCE_DTYPES, resolve_dtype
 from seq2seq.inference.alignment import AlignmentError, align, format_table, save_heatmap
 from seq2seq.inference.evaluation import evaluate, format_scores, read_pairs
+from seq2seq.inference.exported import load_export
 from seq2seq.inference.translator import (
     DEFAULT_BATCH_TOKENS,
     DeviceError,
@@ -38,10 +39,6 @@ from seq2seq.inference.translator import (
     TranslatorBase,
     resolve_device,
 )
-
-if TYPE_CHECKING:
-    from seq2seq.inference.ct2_translator import CT2Translator
-    from seq2seq.inference.hf_translator import HFTranslator
 
 PROG = "translate.py"
 EXAMPLES = f"""examples:
@@ -264,18 +261,6 @@ def _interactive(translator: TranslatorBase, args: argparse.Namespace, out: Text
         _translate_lines(translator, [line], args.nbest is not None, out)
         if line.strip() and args.show_attention:
             _show_attention(translator, line, args, out)
-
-
-def load_export(directory: str, device: str, batch_tokens: int) -> CT2Translator | HFTranslator:
-    """The backend of an export folder, by the engine its ``seq2seq.json`` names; each engine's
-    library is imported only when used."""
-    if load_bundle(directory).engine == "transformers":
-        from seq2seq.inference.hf_translator import HFTranslator
-
-        return HFTranslator(directory, device, batch_tokens)
-    from seq2seq.inference.ct2_translator import CT2Translator
-
-    return CT2Translator(directory, device, batch_tokens)
 
 
 def _load(args: argparse.Namespace) -> tuple[TranslatorBase, DataConfig, str]:

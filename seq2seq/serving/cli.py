@@ -19,12 +19,14 @@ from collections.abc import Iterator
 
 import uvicorn
 
-from seq2seq.checkpoint import CheckpointError, LoadedModel, load_model
+from seq2seq.checkpoint import CheckpointError, load_model
 from seq2seq.command_line import OneLineParser, UsageError
-from seq2seq.inference.translator import DEFAULT_BATCH_TOKENS, Translator, resolve_device
+from seq2seq.export.bundle import ExportError, load_bundle
+from seq2seq.inference.exported import load_export
+from seq2seq.inference.translator import DEFAULT_BATCH_TOKENS, Translator, TranslatorBase, resolve_device
 from seq2seq.serving.app import create_app
 from seq2seq.serving.batcher import DynamicBatcher
-from seq2seq.serving.service import DEFAULT_MAX_INPUT_CHARS, Limits, TranslationService
+from seq2seq.serving.service import DEFAULT_MAX_INPUT_CHARS, Limits, ServedModel, TranslationService
 
 PROG = "serve.py"
 GRACEFUL_TIMEOUT_S = 30  # requests still running after this long at shutdown are cancelled
@@ -32,9 +34,16 @@ GRACEFUL_TIMEOUT_S = 30  # requests still running after this long at shutdown ar
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
-        prog=PROG, description="Serve a trained seq2seq checkpoint over HTTP, with a web page."
+        prog=PROG,
+        description="Serve a trained seq2seq checkpoint (or an export of one) over HTTP, with a web page.",
     )
-    parser.add_argument("--ckpt", required=True, metavar="PATH", help="checkpoint written by train.py")
+    model = parser.add_mutually_exclusive_group(required=True)
+    model.add_argument("--ckpt", metavar="PATH", help="checkpoint written by train.py")
+    model.add_argument(
+        "--model",
+        metavar="DIR",
+        help="a CTranslate2 or transformers export (python -m seq2seq.export); no attention maps",
+    )
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8000, help="default: 8000; 0 picks a free port")
     parser.add_argument("--device", choices=["cpu", "cuda", "auto"], default="auto", help="default: auto")
@@ -76,17 +85,28 @@ def _check(args: argparse.Namespace) -> None:
         raise UsageError(f"--max-wait-ms must be >= 0, got {args.max_wait_ms}")
 
 
-def describe(loaded: LoadedModel, path: str) -> str:
+def describe(served: ServedModel) -> str:
     """One line about the model: size, shape, training step and validation BLEU."""
-    cfg = loaded.model.cfg
-    parameters = sum(p.numel() for p in loaded.model.parameters())
-    step = "unknown" if loaded.global_step is None else loaded.global_step
-    bleu = "unknown" if loaded.best_bleu is None else f"{loaded.best_bleu:.2f}"
+    cfg = served.model_config
+    step = "unknown" if served.step is None else served.step
+    bleu = "unknown" if served.best_bleu is None else f"{served.best_bleu:.2f}"
     return (
-        f"model {path}: {parameters / 1e6:.2f} M parameters (d_model {cfg.d_model}, "
+        f"model {served.name}: {served.parameters / 1e6:.2f} M parameters (d_model {cfg.d_model}, "
         f"{cfg.n_encoder_layers}+{cfg.n_decoder_layers} layers, {cfg.n_heads} heads), "
         f"step {step}, val BLEU {bleu}"
     )
+
+
+def load(args: argparse.Namespace) -> tuple[ServedModel, TranslatorBase]:
+    """The checkpoint (PyTorch, float32) or the export that ``--ckpt``/``--model`` names."""
+    if args.model:
+        return ServedModel.of_export(load_bundle(args.model)), load_export(
+            args.model, args.device, args.batch_tokens
+        )
+    device = resolve_device(args.device)
+    loaded = load_model(args.ckpt, map_location=device)
+    translator = Translator(loaded.model, loaded.tokenizer, loaded.decode_config, device, args.batch_tokens)
+    return ServedModel.of_checkpoint(loaded, args.ckpt), translator
 
 
 def listen(host: str, port: int) -> socket.socket:
@@ -117,15 +137,13 @@ def _exit_zero_after_graceful_shutdown() -> Iterator[None]:
 
 def run(args: argparse.Namespace) -> int:
     _check(args)
-    device = resolve_device(args.device)
-    loaded = load_model(args.ckpt, map_location=device)
-    translator = Translator(loaded.model, loaded.tokenizer, loaded.decode_config, device, args.batch_tokens)
+    served, translator = load(args)
     batcher = DynamicBatcher(translator, args.queue_size, args.max_wait_ms / 1000)
-    service = TranslationService(loaded, args.ckpt, batcher, Limits(args.max_input_chars, args.queue_size))
+    service = TranslationService(served, batcher, Limits(args.max_input_chars, args.queue_size))
     sock = listen(args.host, args.port)
     host, port = sock.getsockname()[:2]
     url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
-    print(f"{describe(loaded, args.ckpt)}, on {device}", flush=True)
+    print(f"{describe(served)}, {translator.compute}", flush=True)
     print(f"serving on {url} (page {url}/, API docs {url}/docs, metrics {url}/metrics)", flush=True)
     config = uvicorn.Config(
         create_app(service),
@@ -146,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as err:
         print(f"{PROG}: error: {err} (see --help)", file=sys.stderr)
         return 2
-    except (CheckpointError, ValueError, OSError) as err:  # OSError: e.g. the port is taken
+    except (CheckpointError, ExportError, ValueError, OSError) as err:  # OSError: e.g. the port is taken
         message = str(err).splitlines()[0] if str(err) else type(err).__name__
         print(f"{PROG}: error: {message}", file=sys.stderr)
         return 1

@@ -89,7 +89,8 @@ class HealthResponse(BaseModel):
 
 
 class InfoResponse(BaseModel):
-    checkpoint: str
+    checkpoint: str = Field(description="the checkpoint file or export folder served")
+    engine: str = Field(description='what decodes, in which number type, e.g. "PyTorch float32"')
     parameters: int
     step: int | None = Field(description="optimiser steps the checkpoint was trained for")
     val_bleu: float | None = Field(description="its best validation BLEU")
