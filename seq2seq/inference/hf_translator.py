@@ -77,10 +77,10 @@ class HFTranslator(TranslatorBase):
         return results
 
     def _generate(self, src: Tensor, limit: int, cfg: DecodeConfig) -> Tensor:
-        options = {}
+        options = {}  # DecodeConfig refuses sampling with a beam, so at most one of these applies
         if cfg.sampling:
             options = {"temperature": cfg.temperature, "top_k": cfg.top_k, "top_p": cfg.top_p}
-        if cfg.beam_size > 1:  # stop only when no live beam can win, as ours; the ranking happens here
+        elif cfg.beam_size > 1:  # stop only when no live beam can win, as ours; the ranking happens here
             options = {"length_penalty": cfg.length_penalty, "early_stopping": "never"}
         return self.model.generate(
             input_ids=src,
