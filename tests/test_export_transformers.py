@@ -3,12 +3,15 @@ logits, and generate() gives translate.py's translations; what cannot be express
 
 from __future__ import annotations
 
+import ast
 import json
+import sys
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
+from compose import ROOT
 from tiny import CORPUS, tiny_tokenizer
 
 from seq2seq.checkpoint import MODEL_PREFIX, entry, load_model, save_atomically
@@ -239,3 +242,21 @@ def test_a_tokenizer_per_side_cannot_be_one_tokenizer_json(
         == 1
     )
     assert "separate source and target vocabularies" in capsys.readouterr().err
+
+
+def test_without_transformers_the_command_says_what_to_install(trained_ckpt, tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "transformers", None)  # what an install without .[hf] has
+    assert export_main(["--ckpt", str(trained_ckpt), "--to", "transformers", str(tmp_path / "hf")]) == 1
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "pip install -e '.[hf]'" in err
+    assert not (tmp_path / "hf").exists()
+
+
+@pytest.mark.parametrize("package", ["inference", "export", "serving", "decoding", "model"])
+def test_nothing_below_training_imports_it(package: str) -> None:
+    """The checkpoint format has one owner below them all (seq2seq/checkpoint.py)."""
+    for path in (ROOT / "seq2seq" / package).rglob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        imported = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module]
+        imported += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+        assert not [m for m in imported if m.startswith("seq2seq.training")], path
