@@ -90,22 +90,28 @@ class DataConfig:
     valid_size: int = 2000  # source sentences held out for validation
     test_size: int = 2000  # source sentences held out for testing
     split_seed: int = 1234  # seed of the grouped train/valid/test split
-    max_length: int = 64  # pairs with more tokens on either side are dropped
+    max_length: int = 64  # longest side of a pair, in tokens; longer pairs follow `too_long`
+    too_long: str = "drop"  # pairs over max_length: "drop" them, or "truncate" both sides to it
     vocab_size: int = 8000  # subword vocabulary size (per side when not shared)
     shared_vocab: bool = True  # one tokenizer for both languages
+    tokenizer_max_pairs: int = 1_000_000  # BPE learns from at most this many training pairs, evenly spread
     max_tokens: int = 4096  # token budget of one training batch (padded tokens)
     eval_max_tokens: int = 4096  # token budget of evaluation batches (loss and decoding) and of translate.py
     num_workers: int = 1  # dataloader worker processes
-    cache_dir: str = "~/.cache/seq2seq"  # cleaned corpus, tokenizers and encodings
+    cache_dir: str = "~/.cache/seq2seq"  # cleaned corpus, split, tokenizers and encodings
+    lock_timeout_s: float = 3600.0  # how long a process waits for another one building a cache
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "max_length", "max_tokens", "eval_max_tokens"):
+        for name in ("vocab_size", "max_length", "max_tokens", "eval_max_tokens", "tokenizer_max_pairs"):
             _positive(f"data.{name}", getattr(self, name))
         for name in ("valid_size", "test_size", "num_workers"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"data.{name} must be >= 0, got {getattr(self, name)}")
         if self.path is None and self.hub_dataset is None:
             raise ConfigError("data.path or data.hub_dataset must be set")
+        if self.too_long not in ("drop", "truncate"):
+            raise ConfigError(f"data.too_long must be 'drop' or 'truncate', got {self.too_long!r}")
+        _positive("data.lock_timeout_s", self.lock_timeout_s)
         parts = self.direction.split("-")
         if len(parts) != 2 or parts[0] == parts[1]:
             raise ConfigError(f"data.direction must look like 'en-es', got {self.direction!r}")

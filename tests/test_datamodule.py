@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import shutil
 from dataclasses import replace
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -25,7 +27,8 @@ def datamodule(tiny_data_cfg: DataConfig) -> TranslationDataModule:
 def test_splits_and_stats(datamodule: TranslationDataModule) -> None:
     splits = datamodule.splits
     assert set(splits) == {"train", "valid", "test"}
-    assert set(splits["train"].column_names) >= {"src", "tgt", "src_ids", "tgt_ids"}
+    assert set(splits["train"].column_names) == {"src_ids", "tgt_ids", "length"}  # the text is stored once
+    assert set(datamodule.raw_splits["train"].column_names) == {"src", "tgt"}
     stats = datamodule.stats
     assert stats["malformed_lines"] == 0
     kept = stats["train_pairs"] + stats["valid_pairs"] + stats["test_pairs"]
@@ -49,7 +52,7 @@ def test_train_batch_shapes_and_specials(
     shifted = tgt_in[:, 1:] != PAD_ID
     assert torch.equal(tgt_in[:, 1:][shifted], tgt_out[:, :-1][shifted])  # teacher forcing shift
     first = datamodule.tokenizer.decode_target(tgt_out[:1].tolist())[0]
-    assert first in datamodule.splits["train"]["tgt"][:]
+    assert first in datamodule.raw_splits["train"]["tgt"][:]
 
 
 def test_eval_loaders_cover_their_split(datamodule: TranslationDataModule) -> None:
@@ -57,19 +60,35 @@ def test_eval_loaders_cover_their_split(datamodule: TranslationDataModule) -> No
         assert sum(len(batch.src) for batch in loader) == len(datamodule.splits[name])
 
 
-def test_second_setup_reuses_the_cached_tokenizer(
+def test_second_setup_builds_nothing(
     datamodule: TranslationDataModule, tiny_data_cfg: DataConfig, caplog: pytest.LogCaptureFixture
 ) -> None:
-    (tokenizer_file,) = (datamodule.cache_dir).glob("tokenizer-*/tokenizer.json")
-    written = tokenizer_file.stat().st_mtime_ns
+    before = {path: path.stat().st_mtime_ns for path in datamodule.cache_dir.rglob("*")}
     again = TranslationDataModule(tiny_data_cfg, seed=0)
     with caplog.at_level(logging.INFO, logger="seq2seq.data"):
         again.prepare_data()
         again.setup("fit")
-    assert not [r for r in caplog.records if "training" in r.getMessage()]
-    assert tokenizer_file.stat().st_mtime_ns == written
+    assert not [r for r in caplog.records if "building" in r.getMessage()]
+    assert {path: path.stat().st_mtime_ns for path in again.cache_dir.rglob("*")} == before
     assert again.tokenizer.to_dict() == datamodule.tokenizer.to_dict()
     assert again.splits["train"]["src_ids"][:] == datamodule.splits["train"]["src_ids"][:]
+
+
+def test_a_copied_corpus_reuses_every_cache(
+    datamodule: TranslationDataModule, tiny_data_cfg: DataConfig, tmp_path: Path
+) -> None:
+    """Cache names come from the corpus bytes, not its path: a copy on node-local scratch loads."""
+    copy = tmp_path / "scratch" / "pairs.tsv"
+    copy.parent.mkdir()
+    shutil.copy(tiny_data_cfg.path, copy)
+    before = sorted(path.name for path in datamodule.cache_dir.iterdir())
+    moved = TranslationDataModule(replace(tiny_data_cfg, path=str(copy)))
+    moved.setup("fit")
+    assert sorted(path.name for path in moved.cache_dir.iterdir()) == before
+    edited = tmp_path / "scratch" / "edited.tsv"
+    edited.write_text(copy.read_text() + "One more.\tUna más.\n")
+    TranslationDataModule(replace(tiny_data_cfg, path=str(edited))).setup("fit")
+    assert len(list(datamodule.cache_dir.glob("corpus-*"))) == 2
 
 
 def test_tokenizer_cache_follows_config(datamodule: TranslationDataModule, tiny_data_cfg: DataConfig) -> None:
@@ -79,22 +98,52 @@ def test_tokenizer_cache_follows_config(datamodule: TranslationDataModule, tiny_
     assert len(list(datamodule.cache_dir.glob("tokenizer-*"))) == 2
 
 
+def test_a_large_train_split_trains_the_tokenizer_on_a_spread_sample(
+    datamodule: TranslationDataModule, tiny_data_cfg: DataConfig, caplog: pytest.LogCaptureFixture
+) -> None:
+    sampled = TranslationDataModule(replace(tiny_data_cfg, tokenizer_max_pairs=50))
+    with caplog.at_level(logging.INFO, logger="seq2seq.data"):
+        sampled.setup("fit")
+    assert "training a 300-token BPE tokenizer on 50 pairs" in caplog.text
+    assert sampled.tokenizer.to_dict() != datamodule.tokenizer.to_dict()
+    assert len(list(datamodule.cache_dir.glob("tokenizer-*"))) == 2
+
+
 def test_references_are_grouped(datamodule: TranslationDataModule) -> None:
     sources, refs = datamodule.references("valid")
     assert len(sources) == len(set(sources)) == len(refs) == 12
-    assert sum(map(len, refs)) == len(datamodule.splits["valid"])
-    train_sources = set(datamodule.splits["train"]["src"][:])
+    assert sum(map(len, refs)) == len(datamodule.raw_splits["valid"])
+    train_sources = set(datamodule.raw_splits["train"]["src"][:])
     assert not train_sources & set(sources)
 
 
-def test_too_long_pairs_are_dropped(tiny_data_cfg: DataConfig) -> None:
+def test_too_long_pairs_are_dropped_and_counted(
+    tiny_data_cfg: DataConfig, caplog: pytest.LogCaptureFixture
+) -> None:
     dm = TranslationDataModule(replace(tiny_data_cfg, max_length=8))
-    dm.setup("fit")
+    with caplog.at_level(logging.INFO, logger="seq2seq.data"):
+        dm.setup("fit")
     assert dm.stats["too_long_pairs"] > 0
     kept = sum(len(split) for split in dm.splits.values())
     assert kept + dm.stats["too_long_pairs"] == 300
     for split in dm.splits.values():
         assert all(len(ids) <= 8 for ids in split["src_ids"][:] + split["tgt_ids"][:])
+    share = dm.stats["too_long_train_share"]
+    assert share == dm.stats["too_long_train_pairs"] / len(dm.raw_splits["train"]) > 0.01
+    (warning,) = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert f"({100 * share:.2f}%) exceed data.max_length=8 tokens and are dropped" in warning.getMessage()
+
+
+def test_too_long_pairs_can_be_truncated_instead(tiny_data_cfg: DataConfig) -> None:
+    dropped = TranslationDataModule(replace(tiny_data_cfg, max_length=8))
+    dropped.setup("fit")
+    cut = TranslationDataModule(replace(tiny_data_cfg, max_length=8, too_long="truncate"))
+    cut.setup("fit")
+    assert cut.stats["too_long_train_pairs"] == dropped.stats["too_long_train_pairs"] > 0
+    assert len(cut.splits["train"]) == len(cut.raw_splits["train"])  # every pair kept
+    batches = list(cut.train_dataloader())
+    assert sum(len(batch.src) for batch in batches) == len(cut.raw_splits["train"])
+    assert max(max(batch.src.shape[1], batch.tgt_in.shape[1]) for batch in batches) == 8 + 1
 
 
 def test_worker_loader_matches_in_process(tiny_data_cfg: DataConfig) -> None:

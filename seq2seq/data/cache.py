@@ -1,12 +1,32 @@
-"""What the on-disk caches of the data stage share: short digests for their names, and building
-a cache beside its final place, then renaming it there whole."""
+"""What the on-disk caches of the data stage share: names derived from content, one builder per
+cache however many processes start at once, and building beside the final place, then renaming.
+
+Every process of a distributed run (Lightning's launcher, ``torchrun``, SLURM ``srun``) calls the
+same code. Whichever process first takes a cache's lock builds it; the others wait on that lock,
+then find the cache built and load it. So exactly one process per cache directory builds: one
+for the whole job when ``data.cache_dir`` is shared, one per node when it is node-local (the
+choice Lightning's ``prepare_data_per_node`` makes by rank, made here by the file system, so no
+setting can leave a node waiting for a build that never happens). The locks are POSIX locks:
+the kernel releases them when their process dies, so a crashed build never blocks a later run.
+"""
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import hashlib
+import logging
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
+
+from seq2seq.config import DataError
+
+log = logging.getLogger("seq2seq.data")
+
+_CHUNK = 2**20
+_POLL_SECONDS = 0.2
 
 
 def digest(text: str) -> str:
@@ -14,11 +34,20 @@ def digest(text: str) -> str:
     return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 
+def file_digest(path: Path) -> str:
+    """BLAKE2b of a file's bytes, read in 1 MiB chunks: the same corpus copied or moved elsewhere
+    (node-local scratch, another user's checkout) gets the same caches."""
+    hasher = hashlib.blake2b(digest_size=16)
+    with path.open("rb") as handle:
+        while chunk := handle.read(_CHUNK):
+            hasher.update(chunk)
+    return hasher.hexdigest()
+
+
 def build_into_place(target: Path, build: Callable[[Path], None]) -> None:
     """Run ``build(directory)`` on a temporary directory beside ``target``, then rename it to ``target``.
 
-    A crash never leaves a half-built cache. When another process renamed the same build into
-    place first, its copy is kept.
+    A crash never leaves a half-built cache: readers see no directory or a complete one.
     """
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{target.name}-") as scratch:
@@ -30,3 +59,47 @@ def build_into_place(target: Path, build: Callable[[Path], None]) -> None:
         except OSError:
             if not target.is_dir():
                 raise
+
+
+def _take_lock(handle: object, lock_path: Path, timeout: float, what: str) -> None:
+    """Block until this process holds ``lock_path``; one line says who it waits for, once."""
+    deadline = time.monotonic() + timeout
+    announced = False
+    while True:
+        try:
+            fcntl.lockf(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except OSError as err:
+            if err.errno not in (errno.EACCES, errno.EAGAIN):
+                raise DataError(
+                    f"cannot lock {lock_path}: {err.strerror} (the cache needs POSIX locks)"
+                ) from err
+        if not announced:
+            log.info("waiting for %s: another process is building the %s", lock_path, what)
+            announced = True
+        if time.monotonic() > deadline:
+            raise DataError(
+                f"gave up after {timeout:.0f}s waiting for {lock_path} (another process is building the "
+                f"{what}); raise data.lock_timeout_s if that build is just slow"
+            )
+        time.sleep(_POLL_SECONDS)
+
+
+def build_once(target: Path, build: Callable[[Path], None], what: str, timeout: float) -> bool:
+    """Make sure ``target`` exists, building it with ``build`` only if no other process has or is.
+
+    Returns whether this process built it. ``what`` names the cache in the log ("tokenizer").
+    """
+    if target.is_dir():
+        return False
+    target.parent.mkdir(parents=True, exist_ok=True)
+    lock_path = target.parent / f".{target.name}.lock"
+    with lock_path.open("a+b") as handle:
+        _take_lock(handle, lock_path, timeout, what)
+        if target.is_dir():  # built by the process this one waited for
+            return False
+        start = time.perf_counter()
+        log.info("building the %s into %s", what, target)
+        build_into_place(target, build)
+        log.info("built the %s in %.1fs", what, time.perf_counter() - start)
+        return True

@@ -3,8 +3,9 @@
 The text is streamed line by line into an Arrow file in record batches, so the corpus is
 never held in Python lists; the result is memory-mapped. Malformed lines are
 skipped and counted rather than crashing a long job on one bad byte. The cache name
-hashes the file's identity (path, size, mtime) and the column layout, so an edited
-corpus is re-read and an unchanged one loads in well under a second.
+hashes the file's bytes and the column layout, so an edited corpus is re-read, and an
+unchanged one, wherever it was copied, loads from the cache. The split is cached too:
+three index arrays beside the corpus, so no text is stored twice.
 """
 
 from __future__ import annotations
@@ -26,16 +27,17 @@ import pyarrow as pa
 from datasets.table import MemoryMappedTable
 
 from seq2seq.config import DataConfig, DataError
-from seq2seq.data.cache import build_into_place, digest
+from seq2seq.data.cache import build_once, digest, file_digest
 
 log = logging.getLogger("seq2seq.data")
 
-_FORMAT_VERSION = 2  # bump when the cleaning rules or the cache layout change, to invalidate old caches
+_FORMAT_VERSION = 3  # bump when the cleaning rules or the cache layout change, to invalidate old caches
 _REPO_ROOT = Path(__file__).resolve().parents[2]  # seq2seq/data/corpus.py -> the checkout
 _FEATURES = datasets.Features({"src": datasets.Value("string"), "tgt": datasets.Value("string")})
 _SUFFIXES = (".tsv", ".txt", ".csv", ".jsonl")
 _BATCH = 10_000  # rows per Arrow batch when writing the corpus or scanning a column
 _PAIRS_FILE = "pairs.arrow"
+_SPLIT_FILE = "split.npz"
 
 
 def resolve_path(path: str) -> Path:
@@ -103,8 +105,7 @@ def _clean_pairs(
 
 
 def _cache_name(path: Path, cfg: DataConfig) -> str:
-    stat = path.stat()
-    key = json.dumps([_FORMAT_VERSION, str(path), stat.st_size, stat.st_mtime_ns, cfg.columns, cfg.direction])
+    key = json.dumps([_FORMAT_VERSION, file_digest(path), list(cfg.columns), cfg.direction])
     return "corpus-" + digest(key)
 
 
@@ -152,16 +153,18 @@ def _check_format(path: Path) -> None:
 def _load_local(cfg: DataConfig) -> tuple[datasets.Dataset, dict[str, int]]:
     path = resolve_path(cfg.path)
     _check_format(path)
-    cache_dir = Path(cfg.cache_dir).expanduser().resolve()
-    target = cache_dir / _cache_name(path, cfg)
-    if not target.exists():
-        log.info("reading %s into %s", path, target)
-        build_into_place(target, partial(_build, path, cfg))
+    target = cache_root(cfg) / _cache_name(path, cfg)
+    build_once(target, partial(_build, path, cfg), f"corpus cache of {path}", cfg.lock_timeout_s)
     stats = json.loads((target / "stats.json").read_text())
     table = MemoryMappedTable.from_file(str(target / _PAIRS_FILE))
     return datasets.Dataset(
         table, info=datasets.DatasetInfo(features=_FEATURES), fingerprint=target.name
     ), stats
+
+
+def cache_root(cfg: DataConfig) -> Path:
+    """``data.cache_dir`` as an absolute path: every cache of the data stage lives under it."""
+    return Path(cfg.cache_dir).expanduser().resolve()
 
 
 def _hub_pairs(batch: dict, field: str | None, src_lang: str, tgt_lang: str) -> dict[str, list[str]]:
@@ -213,10 +216,11 @@ def _source_hashes(dataset: datasets.Dataset, seed: int) -> np.ndarray:
     return hashes
 
 
-def split_corpus(
+def split_indices(
     dataset: datasets.Dataset, valid_size: int, test_size: int, seed: int
-) -> datasets.DatasetDict:
-    """Hold out ``valid_size``/``test_size`` distinct source sentences with all their translations.
+) -> dict[str, np.ndarray]:
+    """Row indices of ``train``/``valid``/``test``: ``valid_size``/``test_size`` distinct source
+    sentences held out with all their translations.
 
     Distinct sources are ranked by a seeded hash and the lowest ranks are held out, so
     the split is a pure function of (corpus, sizes, seed) and never puts one source
@@ -235,19 +239,44 @@ def split_corpus(
         "valid": hashes < valid_end,
         "test": (hashes >= valid_end) & (hashes < test_end),
     }
-    key = f"{dataset._fingerprint}|{valid_size}|{test_size}|{seed}"
+    return {name: np.flatnonzero(mask) for name, mask in masks.items()}
+
+
+def _select(dataset: datasets.Dataset, indices: dict[str, np.ndarray], key: str) -> datasets.DatasetDict:
     return datasets.DatasetDict(
         {
-            name: dataset.select(np.flatnonzero(mask), new_fingerprint=digest(f"{key}|{name}"))
-            for name, mask in masks.items()
+            name: dataset.select(rows, new_fingerprint=digest(f"{key}|{name}"))
+            for name, rows in indices.items()
         }
     )
 
 
+def split_corpus(
+    dataset: datasets.Dataset, valid_size: int, test_size: int, seed: int
+) -> datasets.DatasetDict:
+    """The split of :func:`split_indices` as datasets (views of ``dataset``, nothing copied)."""
+    key = f"{dataset._fingerprint}|{valid_size}|{test_size}|{seed}"
+    return _select(dataset, split_indices(dataset, valid_size, test_size, seed), key)
+
+
+def _save_split(dataset: datasets.Dataset, cfg: DataConfig, directory: Path) -> None:
+    indices = split_indices(dataset, cfg.valid_size, cfg.test_size, cfg.split_seed)
+    np.savez(directory / _SPLIT_FILE, **indices)
+
+
 def load_splits(cfg: DataConfig) -> tuple[datasets.DatasetDict, dict[str, int]]:
-    """The corpus split into train/valid/test exactly as training sees it, plus load stats."""
+    """The corpus split into train/valid/test exactly as training sees it, plus load stats.
+
+    The split's index arrays are cached under a name derived from the corpus cache and the
+    split settings; each split's fingerprint derives from that name, so every later cache keys on it.
+    """
     pairs, stats = load_corpus(cfg)
-    return split_corpus(pairs, cfg.valid_size, cfg.test_size, cfg.split_seed), stats
+    key = digest(f"{pairs._fingerprint}|{cfg.valid_size}|{cfg.test_size}|{cfg.split_seed}")
+    target = cache_root(cfg) / f"split-{key}"
+    build_once(target, partial(_save_split, pairs, cfg), "train/valid/test split", cfg.lock_timeout_s)
+    with np.load(target / _SPLIT_FILE) as saved:
+        indices = {name: saved[name] for name in ("train", "valid", "test")}
+    return _select(pairs, indices, target.name), stats
 
 
 def references(dataset: datasets.Dataset) -> tuple[list[str], list[list[str]]]:

@@ -1,14 +1,16 @@
 """LightningDataModule: corpus -> grouped splits -> tokenizer -> ids -> token-budget loaders.
 
-Every expensive step is cached under ``cfg.cache_dir`` with a key derived from its
-inputs (corpus identity, split seed and sizes, tokenizer config), so a second run
-re-trains and re-encodes nothing, and a changed input never reuses a stale cache.
+Every expensive step is cached under ``cfg.cache_dir`` with a name derived from its inputs
+(the corpus bytes, the split settings, the tokenizer settings), so a second run re-trains and
+re-encodes nothing, a copied corpus reuses its caches, and a changed input never reuses a stale
+one. Every process of a distributed run calls :meth:`setup`; one process per cache directory
+builds each cache and the others wait for it (:func:`seq2seq.data.cache.build_once`), so all
+ranks load the same files, the tokenizer included.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterator
 from functools import partial
 from itertools import chain
@@ -20,35 +22,16 @@ import pytorch_lightning as pl
 from torch.utils.data import DataLoader
 
 from seq2seq.config import DataConfig
-from seq2seq.data import corpus
-from seq2seq.data.batching import TokenBudgetBatchSampler, collate, pair_lengths
-from seq2seq.data.cache import build_into_place, digest
+from seq2seq.data import corpus, encoded
+from seq2seq.data.batching import Batch, TokenBudgetBatchSampler, collate
+from seq2seq.data.cache import build_once, digest
 from seq2seq.data.resume import BatchOrder
 from seq2seq.data.tokenizer import TranslationTokenizer, config_key
 
 log = logging.getLogger("seq2seq.data")
 
-_ENCODED = datasets.Features(
-    {
-        "src": datasets.Value("string"),
-        "tgt": datasets.Value("string"),
-        "src_ids": datasets.List(datasets.Value("int32")),
-        "tgt_ids": datasets.List(datasets.Value("int32")),
-        "length": datasets.Value("int32"),  # padded cost of the pair, see batching.pair_lengths
-    }
-)
-
-
-def _encode_batch(batch: dict, tokenizer: TranslationTokenizer) -> dict:
-    src_ids = tokenizer.encode_source(batch["src"])
-    tgt_ids = tokenizer.encode_target(batch["tgt"])
-    lengths = pair_lengths(np.array([len(x) for x in src_ids]), np.array([len(y) for y in tgt_ids]))
-    return {"src_ids": src_ids, "tgt_ids": tgt_ids, "length": lengths}
-
-
-def _lengths(dataset: datasets.Dataset) -> np.ndarray:
-    """The ``length`` column as an array, shape (N,), without building Python objects."""
-    return dataset.with_format("arrow")["length"].to_numpy()
+_ENCODING_VERSION = 1  # bump when the encoded layout changes
+LONG_SHARE_WARNING = 0.01  # warn when more of the training pairs than this exceed max_length
 
 
 def _texts(dataset: datasets.Dataset, column: str) -> Iterator[str]:
@@ -56,58 +39,54 @@ def _texts(dataset: datasets.Dataset, column: str) -> Iterator[str]:
     return chain.from_iterable(batch[column] for batch in dataset.select_columns([column]).iter(10_000))
 
 
+def _train_tokenizer(train: datasets.Dataset, cfg: DataConfig, directory: Path) -> None:
+    """Tokenizer of the train split only, so held-out text never shapes the vocabulary.
+
+    On a corpus of millions of pairs, an evenly spread sample of a million (the file may be sorted,
+    by length for one) learns nearly the same merges at a fraction of the time and memory.
+    """
+    if len(train) > cfg.tokenizer_max_pairs:
+        rows = np.linspace(0, len(train) - 1, cfg.tokenizer_max_pairs).round().astype(np.int64)
+        train = train.select(np.unique(rows))
+    log.info("training a %d-token BPE tokenizer on %d pairs", cfg.vocab_size, len(train))
+    tokenizer = TranslationTokenizer.train(
+        _texts(train, "src"), _texts(train, "tgt"), cfg.vocab_size, cfg.shared_vocab
+    )
+    tokenizer.save(directory)
+
+
+def truncating_collate(examples: list[dict], max_length: int) -> Batch:
+    """:func:`collate` after cutting both sides of each pair to ``max_length`` tokens."""
+    cut = [{"src_ids": ex["src_ids"][:max_length], "tgt_ids": ex["tgt_ids"][:max_length]} for ex in examples]
+    return collate(cut)
+
+
 class TranslationDataModule(pl.LightningDataModule):
-    """Owns the tokenizer and the encoded ``train``/``valid``/``test`` splits."""
+    """Owns the tokenizer and the encoded ``train``/``valid``/``test`` splits.
+
+    ``splits`` hold ids (``src_ids``, ``tgt_ids``, ``length``) of the pairs training uses;
+    ``raw_splits`` hold the text of every pair, for BLEU over every held-out sentence.
+    """
 
     def __init__(self, cfg: DataConfig, seed: int = 0) -> None:
         super().__init__()
         self.cfg = cfg
         self.seed = seed  # shuffles training batches; the split has its own cfg.split_seed
-        self.cache_dir = Path(cfg.cache_dir).expanduser().resolve()
+        self.cache_dir = corpus.cache_root(cfg)
         self.tokenizer: TranslationTokenizer | None = None
         self.splits: datasets.DatasetDict | None = None
-        self.raw_splits: datasets.DatasetDict | None = None  # unfiltered text, for BLEU over every sentence
-        self.stats: dict[str, int] = {}
+        self.raw_splits: datasets.DatasetDict | None = None
+        self.lengths: dict[str, np.ndarray] = {}  # padded length of each pair of ``splits``, as collated
+        self.stats: dict[str, int | float] = {}
 
-    def _tokenizer_dir(self, train: datasets.Dataset) -> Path:
-        key = config_key(self.cfg.vocab_size, self.cfg.shared_vocab) + train._fingerprint
-        return self.cache_dir / f"tokenizer-{digest(key)}"
-
-    def _train_or_load_tokenizer(self, train: datasets.Dataset) -> TranslationTokenizer:
-        """Tokenizer of the train split only, so held-out text never shapes the vocabulary."""
-        directory = self._tokenizer_dir(train)
-        if directory.is_dir():
-            return TranslationTokenizer.load(directory)
-        log.info("training a %d-token BPE tokenizer on %d pairs", self.cfg.vocab_size, len(train))
-        start = time.perf_counter()
-        tokenizer = TranslationTokenizer.train(
-            _texts(train, "src"), _texts(train, "tgt"), self.cfg.vocab_size, self.cfg.shared_vocab
-        )
-        build_into_place(directory, tokenizer.save)
-        log.info("tokenizer trained in %.1fs, saved to %s", time.perf_counter() - start, directory)
-        return tokenizer
+    def _cache(self, kind: str, key: str, build: partial, what: str) -> Path:
+        directory = self.cache_dir / f"{kind}-{digest(key)}"
+        build_once(directory, build, what, self.cfg.lock_timeout_s)
+        return directory
 
     def prepare_data(self) -> None:
-        """Build the corpus and tokenizer caches once (Lightning runs this on one process)."""
-        raw, _ = corpus.load_splits(self.cfg)
-        self._train_or_load_tokenizer(raw["train"])
-
-    def _encode(self, name: str, dataset: datasets.Dataset, tokenizer_dir: Path) -> datasets.Dataset:
-        return dataset.map(
-            partial(_encode_batch, tokenizer=self.tokenizer),
-            batched=True,
-            batch_size=2000,
-            features=_ENCODED,
-            new_fingerprint=digest(f"{dataset._fingerprint}|{tokenizer_dir.name}"),
-            desc=f"encoding {name}",
-        )
-
-    def _drop_too_long(self, dataset: datasets.Dataset) -> tuple[datasets.Dataset, int]:
-        keep = np.flatnonzero(_lengths(dataset) <= self.cfg.max_length + 1)  # length counts one special
-        if len(keep) == len(dataset):
-            return dataset, 0
-        fingerprint = digest(f"{dataset._fingerprint}|max_length={self.cfg.max_length}")
-        return dataset.select(keep, new_fingerprint=fingerprint), len(dataset) - len(keep)
+        """Build whatever cache is missing; the same as :meth:`setup`, which any process may call."""
+        self.setup()
 
     def setup(self, stage: str | None = None) -> None:
         """Load every cached step (building what is missing); safe to call repeatedly."""
@@ -115,19 +94,63 @@ class TranslationDataModule(pl.LightningDataModule):
             return
         raw, corpus_stats = corpus.load_splits(self.cfg)
         self.raw_splits = raw
-        self.tokenizer = self._train_or_load_tokenizer(raw["train"])
-        tokenizer_dir = self._tokenizer_dir(raw["train"])
-        splits, too_long = {}, 0
-        for name, dataset in raw.items():
-            splits[name], dropped = self._drop_too_long(self._encode(name, dataset, tokenizer_dir))
-            too_long += dropped
+        train = raw["train"]
+        tokenizer_dir = self._cache(
+            "tokenizer",
+            f"{config_key(self.cfg.vocab_size, self.cfg.shared_vocab)}|"
+            f"{min(len(train), self.cfg.tokenizer_max_pairs)}|{train._fingerprint}",
+            partial(_train_tokenizer, train, self.cfg),
+            "tokenizer",
+        )
+        self.tokenizer = TranslationTokenizer.load(tokenizer_dir)
+        encoded_dir = self._cache(
+            "encoded",
+            f"{_ENCODING_VERSION}|{tokenizer_dir.name}",  # the tokenizer's name covers the split's
+            partial(encoded.encode_splits, raw, self.tokenizer),
+            "token ids of every split",
+        )
+        splits, too_long = {}, {}
+        for name in raw:
+            loaded = encoded.load_split(encoded_dir, name)
+            splits[name], self.lengths[name], too_long[name] = self._apply_max_length(loaded)
         self.splits = datasets.DatasetDict(splits)
         self.stats = {
             "malformed_lines": corpus_stats["malformed_lines"],
-            "too_long_pairs": too_long,
+            "too_long_pairs": sum(too_long.values()),
+            "too_long_train_pairs": too_long["train"],
+            "too_long_train_share": too_long["train"] / max(1, len(raw["train"])),
             **{f"{name}_pairs": len(dataset) for name, dataset in splits.items()},
         }
+        self._report_too_long()
         log.info("data ready: %s", self.stats)
+
+    def _apply_max_length(self, dataset: datasets.Dataset) -> tuple[datasets.Dataset, np.ndarray, int]:
+        """The split as training uses it, its pairs' padded lengths as collated, and how many of
+        its pairs exceed ``max_length``.
+
+        The lengths are read here, from the whole memory-mapped column: reading them from the
+        selected dataset would gather every column of every kept row into memory first.
+        """
+        lengths = encoded.lengths(dataset)
+        too_long = lengths > self.cfg.max_length + 1  # a length counts one special token
+        count = int(too_long.sum())
+        if self.cfg.too_long == "truncate":
+            return dataset, np.minimum(lengths, self.cfg.max_length + 1), count
+        if count == 0:
+            return dataset, lengths, count
+        keep = np.flatnonzero(~too_long)
+        fingerprint = digest(f"{dataset._fingerprint}|max_length={self.cfg.max_length}")
+        return dataset.select(keep, new_fingerprint=fingerprint), lengths[keep], count
+
+    def _report_too_long(self) -> None:
+        count, share = self.stats["too_long_train_pairs"], self.stats["too_long_train_share"]
+        action = "dropped" if self.cfg.too_long == "drop" else "truncated"
+        line = "%d training pairs (%.2f%%) exceed data.max_length=%d tokens and are %s (data.too_long)"
+        args = (count, 100 * share, self.cfg.max_length, action)
+        if share > LONG_SHARE_WARNING:
+            log.warning(line + ": check max_length against this corpus", *args)
+        else:
+            log.info(line, *args)
 
     def _rank(self) -> tuple[int, int]:
         trainer = self.trainer
@@ -138,10 +161,11 @@ class TranslationDataModule(pl.LightningDataModule):
     def _loader(self, name: str, sampler: TokenBudgetBatchSampler) -> DataLoader:
         workers = self.cfg.num_workers
         on_gpu = self.trainer is not None and self.trainer.strategy.root_device.type == "cuda"
+        truncate = self.cfg.too_long == "truncate"
         return DataLoader(
             self.splits[name].select_columns(["src_ids", "tgt_ids"]),
             batch_sampler=sampler,
-            collate_fn=collate,
+            collate_fn=partial(truncating_collate, max_length=self.cfg.max_length) if truncate else collate,
             num_workers=workers,
             persistent_workers=workers > 0,
             pin_memory=on_gpu,  # page-locked batches: Lightning's copies to the GPU are then asynchronous
@@ -149,8 +173,7 @@ class TranslationDataModule(pl.LightningDataModule):
 
     def _sampler(self, name: str, max_tokens: int, shuffle: bool) -> TokenBudgetBatchSampler:
         rank, world_size = self._rank()
-        lengths = _lengths(self.splits[name])
-        return TokenBudgetBatchSampler(lengths, max_tokens, shuffle, self.seed, rank, world_size)
+        return TokenBudgetBatchSampler(self.lengths[name], max_tokens, shuffle, self.seed, rank, world_size)
 
     def train_dataloader(self) -> DataLoader:
         """Shuffled token-budget batches, in the order :class:`~seq2seq.data.resume.BatchOrder` sets."""

@@ -1,4 +1,4 @@
-"""TensorBoard panels beyond scalars: sample translations, attention heatmaps, hyperparameters."""
+"""TensorBoard panels beyond scalars: sample translations, attention maps, hyperparameters, data counts."""
 
 from __future__ import annotations
 
@@ -43,6 +43,13 @@ class TensorBoardPanels(pl.Callback):
         if logger is not None:  # the resolved precision and the machine, so a run can be reproduced
             hparams = {**pl_module.hparams, "precision": str(trainer.precision), "hardware": describe()}
             logger.log_hyperparams(hparams, {"hp/best_bleu": 0.0})
+            self._log_data_stats(logger, trainer.datamodule)
+
+    @staticmethod
+    def _log_data_stats(logger: TensorBoardLogger, datamodule: pl.LightningDataModule | None) -> None:
+        """The pairs each split kept and the training pairs over ``data.max_length``, as data/*."""
+        for name, value in getattr(datamodule, "stats", {}).items():
+            logger.experiment.add_scalar(f"data/{name}", value, 0)
 
     @rank_zero_only
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

@@ -1,0 +1,96 @@
+"""Caches built once however many processes start at once, as every rank of a distributed run does."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import multiprocessing
+import time
+from dataclasses import asdict
+from functools import partial
+from pathlib import Path
+
+import pytest
+
+from seq2seq.config import DataConfig, DataError
+from seq2seq.data.cache import build_once
+from seq2seq.data.datamodule import TranslationDataModule
+
+FORK = multiprocessing.get_context("fork")  # cheap separate processes: each holds its own locks
+SPAWN = multiprocessing.get_context(
+    "spawn"
+)  # fresh interpreters, as separate ranks are (and tokenizers needs)
+
+
+def _slow_build(directory: Path, log_file: Path) -> None:
+    with log_file.open("a") as handle:
+        handle.write("built\n")
+    time.sleep(0.5)  # long enough for every other process to arrive and wait
+    (directory / "payload").write_text("done")
+
+
+def _race(target: Path, log_file: Path) -> bool:
+    built = build_once(target, partial(_slow_build, log_file=log_file), "test cache", timeout=60)
+    assert (target / "payload").read_text() == "done"  # never a half-built cache
+    return built
+
+
+def test_one_of_several_processes_builds_and_the_others_load(tmp_path: Path) -> None:
+    target, log_file = tmp_path / "cache" / "thing-0123", tmp_path / "builds.log"
+    with FORK.Pool(4) as pool:
+        built = pool.starmap(_race, [(target, log_file)] * 4)
+    assert sorted(built) == [False, False, False, True]
+    assert log_file.read_text() == "built\n"
+    assert sorted(path.name for path in target.parent.iterdir()) == [".thing-0123.lock", "thing-0123"]
+
+
+def _hold_lock(lock_path: Path, held: multiprocessing.Event, release: multiprocessing.Event) -> None:
+    with lock_path.open("a+b") as handle:
+        fcntl.lockf(handle, fcntl.LOCK_EX)
+        held.set()
+        release.wait(30)
+
+
+def test_a_waiter_gives_up_after_the_timeout_naming_the_lock(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    target = tmp_path / "thing-0123"
+    lock_path = tmp_path / ".thing-0123.lock"
+    held, release = FORK.Event(), FORK.Event()
+    holder = FORK.Process(target=_hold_lock, args=(lock_path, held, release))
+    holder.start()
+    try:
+        assert held.wait(30)
+        with caplog.at_level(logging.INFO, logger="seq2seq.data"), pytest.raises(DataError) as error:
+            build_once(target, lambda directory: None, "test cache", timeout=0.5)
+    finally:
+        release.set()
+        holder.join(30)
+    assert str(lock_path) in str(error.value) and "data.lock_timeout_s" in str(error.value)
+    waiting = [r.getMessage() for r in caplog.records if "waiting for" in r.getMessage()]
+    assert waiting == [f"waiting for {lock_path}: another process is building the test cache"]
+    assert not target.exists()
+    assert build_once(target, lambda directory: None, "test cache", timeout=0.5)  # a dead holder frees it
+
+
+def _setup_datamodule(cfg: dict, log_file: Path) -> str:
+    handler = logging.FileHandler(log_file)
+    logging.getLogger("seq2seq.data").addHandler(handler)
+    logging.getLogger("seq2seq.data").setLevel(logging.INFO)
+    datamodule = TranslationDataModule(DataConfig(**cfg))
+    datamodule.setup("fit")
+    return json.dumps(datamodule.tokenizer.to_dict())
+
+
+@pytest.mark.slow
+def test_ranks_starting_together_build_each_cache_once_and_share_the_tokenizer(
+    tiny_data_cfg: DataConfig, tmp_path: Path
+) -> None:
+    log_file = tmp_path / "data.log"
+    with SPAWN.Pool(3) as pool:
+        tokenizers = pool.starmap(_setup_datamodule, [(asdict(tiny_data_cfg), log_file)] * 3)
+    assert len(set(tokenizers)) == 1
+    built = [line for line in log_file.read_text().splitlines() if line.startswith("building the ")]
+    assert len(built) == 4, built  # corpus, split, tokenizer, token ids: once each
+    assert len({line.split(" into ")[0] for line in built}) == 4
