@@ -75,16 +75,15 @@ def test_splitting_makes_batch_count_divisible() -> None:
     assert sorted(i for s in shards for b in s for i in b) == list(range(9))
 
 
-def test_skip_batches_applies_once_and_only_to_its_epoch(lengths: np.ndarray) -> None:
+def test_continuing_with_the_same_world_size_skips_the_done_batches(lengths: np.ndarray) -> None:
     sampler = TokenBudgetBatchSampler(lengths, MAX_TOKENS, shuffle=True, seed=1)
     full = _epoch(sampler, 4)
-    sampler.skip_batches(3)
+    sampler.continue_epoch([(1, 3)])
     assert len(sampler) == len(full)  # the epoch's length is unchanged; Lightning counts skipped as done
     assert list(sampler) == full[3:]
-    assert list(sampler) == full
-    sampler.skip_batches(3)
-    next_epoch = _epoch(sampler, 5)  # moving on to another epoch drops the pending skip
+    next_epoch = _epoch(sampler, 5)  # another epoch is not continued
     assert len(next_epoch) == len(full)
+    assert sorted(i for b in next_epoch for i in b) == list(range(len(lengths)))
 
 
 def test_epoch_is_read_at_the_first_batch_not_at_iter(lengths: np.ndarray) -> None:
