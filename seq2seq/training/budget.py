@@ -77,7 +77,8 @@ class Budget(pl.Callback):
     ``pl_module.progress``; the LR scheduler, stepped right after it, reads it for the next step.
     Once the step rate is known, estimates the epochs the run will see and keeps dropout off below
     ``dropout_min_epochs``; the decision is logged and kept across resumes. A run that ends at
-    ``max_steps`` mid-epoch is validated at its end, as Lightning does at ``max_time``.
+    ``max_steps`` mid-epoch is validated at its end, as Lightning does at ``max_time``. Under DDP,
+    rank 0's progress and step-rate measurement are broadcast, so every rank schedules alike.
     """
 
     def __init__(self, dropout_min_epochs: float) -> None:
@@ -111,12 +112,16 @@ class Budget(pl.Callback):
             return
         started, first_step = self._measure_from
         spent = now - started
-        if spent < MEASURE_SECONDS and time_share(trainer) < MEASURE_SHARE:
-            return
-        steps_per_second = (step - first_step) / spent
-        seconds_left = time_limit(trainer).time_remaining()  # not None: step budgets decide at start
-        steps = min(self._step_budget, step + steps_per_second * seconds_left)
+        steps = None
+        if spent >= MEASURE_SECONDS or time_share(trainer) >= MEASURE_SHARE:
+            steps_per_second = (step - first_step) / spent
+            seconds_left = time_limit(trainer).time_remaining()  # not None: step budgets decide at start
+            steps = min(self._step_budget, step + steps_per_second * seconds_left)
+        # Every rank broadcasts at every step until the decision: rank 0's clock alone says when and
+        # how many steps, so the ranks decide at the same step and never wait on a skipped broadcast.
         steps = trainer.strategy.broadcast(steps)
+        if steps is None:
+            return
         self._decide(trainer, pl_module, steps)
         set_dropout(pl_module.model, self.epochs >= self.dropout_min_epochs)
 

@@ -26,6 +26,7 @@ from seq2seq.inference.translator import Translator
 from seq2seq.model import Transformer
 from seq2seq.training.budget import inverse_sqrt_factor, wsd_factor
 from seq2seq.training.loss import label_smoothed_loss
+from seq2seq.training.sharding import translate_sharded
 
 log = logging.getLogger(__name__)
 
@@ -103,10 +104,18 @@ class TranslationModule(pl.LightningModule):
         loss, nll = loss_sum / n_tokens, nll_sum / n_tokens
         correct = ((logits.argmax(-1) == batch.tgt_out) & (batch.tgt_out != pad_id)).sum()
         on_step = stage == "train"
-        self.log(f"{stage}/loss", loss, batch_size=n, prog_bar=True, on_step=on_step, on_epoch=not on_step)
-        self.log(f"{stage}/nll", nll, batch_size=n, on_step=on_step, on_epoch=not on_step)
-        self.log(f"{stage}/ppl", nll.detach().exp(), batch_size=n, on_step=on_step, on_epoch=not on_step)
-        self.log(f"{stage}/acc", correct / n_tokens, batch_size=n, on_step=on_step, on_epoch=not on_step)
+        metrics = {"loss": loss, "nll": nll, "ppl": nll.detach().exp(), "acc": correct / n_tokens}
+        for name, value in metrics.items():
+            # Each rank validates its own batches: the epoch values are token-weighted over all ranks.
+            self.log(
+                f"{stage}/{name}",
+                value,
+                batch_size=n,
+                prog_bar=name == "loss",
+                on_step=on_step,
+                on_epoch=not on_step,
+                sync_dist=not on_step,
+            )
         return loss
 
     def training_step(self, batch: Batch, batch_idx: int) -> Tensor | None:
@@ -135,7 +144,12 @@ class TranslationModule(pl.LightningModule):
         self._shared_step(batch, "val")
 
     def on_validation_epoch_end(self) -> None:
-        """Decode the held-out sources with the same code as the evaluation command and score them."""
+        """Decode the held-out sources with the same code as the evaluation command and score them.
+
+        Under DDP each rank decodes a share of the sources and every rank gets all hypotheses back
+        (:mod:`seq2seq.training.sharding`), so every rank scores the same full, ordered lists and
+        logs the same BLEU, and ``val_samples`` is complete wherever the sample panel reads it.
+        """
         if self.trainer.sanity_checking or self.tokenizer is None or self.trainer.datamodule is None:
             return
         sources, references = self.trainer.datamodule.references("valid")
@@ -150,13 +164,20 @@ class TranslationModule(pl.LightningModule):
             self.data_cfg.eval_max_tokens,
             dtype,
         )
-        hypotheses = [best.text for best, *_ in translator.translate(sources)]
+        hypotheses = translate_sharded(
+            lambda share: [best.text for best, *_ in translator.translate(share)],
+            sources,
+            self.trainer.global_rank,
+            self.trainer.world_size,
+        )
         self.val_samples = (sources, references, hypotheses)
         scores = score(hypotheses, references)
         self.best_bleu = max(self.best_bleu, scores["bleu"])
-        self.log("val/bleu", scores["bleu"], prog_bar=True, sync_dist=False)
-        self.log("val/chrf", scores["chrf"], sync_dist=False)
-        self.log("hp/best_bleu", self.best_bleu, sync_dist=False)
+        # The same value on every rank already. sync_dist spares DDP runs Lightning's warning about
+        # unsynced epoch metrics; max keeps the value exact, where a mean of N copies can round.
+        self.log("val/bleu", scores["bleu"], prog_bar=True, sync_dist=True, reduce_fx="max")
+        self.log("val/chrf", scores["chrf"], sync_dist=True, reduce_fx="max")
+        self.log("hp/best_bleu", self.best_bleu, sync_dist=True, reduce_fx="max")
 
     def configure_optimizers(self) -> Any:
         cfg = self.optim_cfg
