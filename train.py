@@ -1,11 +1,12 @@
 """Train a translation model: ``python train.py [hydra overrides]``."""
 
 import logging
+import os
 import sys
 from pathlib import Path
 
 import hydra
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 import seq2seq.threads  # noqa: F401  (first of ours, and nothing above loads torch: see its docstring)
 
@@ -14,6 +15,7 @@ import torch
 
 from seq2seq.checkpoint import CheckpointError
 from seq2seq.config import ConfigError, DataError
+from seq2seq.launch import launch_id, run_dir_conflict, with_rank_overrides
 from seq2seq.recipe import choose_recipe
 from seq2seq.training.module import NonFiniteLossError
 from seq2seq.training.run import discard_unstarted_run, train
@@ -38,7 +40,14 @@ def main(cfg: DictConfig) -> float | None:
 
 
 if __name__ == "__main__":
-    sys.argv[1:], RECIPE = choose_recipe(
+    argv, RECIPE = choose_recipe(
         sys.argv[1:], torch.cuda.get_device_name() if torch.cuda.is_available() else None
+    )
+    if conflict := run_dir_conflict(argv, os.environ):
+        sys.exit(f"error: {conflict}")
+    sys.argv[1:] = with_rank_overrides(argv, os.environ)  # torchrun/srun: rank > 0 writes no .hydra/
+    # configs/train.yaml: runs/${launch_id:${now:...}}, the same directory for every process of a launch
+    OmegaConf.register_new_resolver(
+        "launch_id", lambda fallback: launch_id(os.environ) or fallback, use_cache=True
     )
     main()

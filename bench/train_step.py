@@ -16,6 +16,11 @@ OpenMP's passive wait policy (:mod:`seq2seq.threads`); it starts with the hardwa
 (e) with ``--dtype auto``: the precision ``trainer.precision=auto`` picks on this machine, and
     ours timed in fp32 and in bf16 so the pick can be compared with the faster of the two.
 
+``--device cuda`` does all of this on the GPU (models and batches on it, bf16 autocast unless
+``--dtype`` says otherwise, AdamW in foreach mode as the module runs it there); every timed region
+ends with ``torch.cuda.synchronize()``, so wall-clock time covers the kernels it queued, and the
+ceiling is an 8192x8192 matmul in the same dtype, timed in the same run. The header names the GPU.
+
 Model FLOPs per step = 6 · (encoder non-embedding params · source tokens + decoder non-embedding
 params · target tokens + d_model · vocab · target tokens for the output projection) plus
 attention, 12 · d_model · (queries · keys) per layer and attention kind (forward 4, backward 8).
@@ -23,6 +28,7 @@ attention, 12 · d_model · (queries · keys) per layer and attention kind (forw
 Ends with ``RATIO <name> <value> target <t>`` lines.
 
     python bench/train_step.py [--sizes small base] [--dtype fp32|bf16|auto] [--contention] [--compile]
+                               [--device cpu|cuda]
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -87,7 +94,7 @@ class TorchTransformer(nn.Module):
 
     def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
         src_pad, tgt_pad = src == PAD_ID, tgt == PAD_ID
-        causal = nn.Transformer.generate_square_subsequent_mask(tgt.size(1), dtype=torch.bool)
+        causal = nn.Transformer.generate_square_subsequent_mask(tgt.size(1), tgt.device, torch.bool)
         out = self.transformer(
             self._embed(src),
             self._embed(tgt),
@@ -116,11 +123,13 @@ def torch_loss(logits: Tensor, target: Tensor) -> Tensor:
 def train_step_fn(
     model: nn.Module, loss_fn: Callable[[Tensor, Tensor], Tensor], dtype: torch.dtype
 ) -> Callable[[Batch], None]:
-    """One optimisation step on a batch, the way the Lightning module does it."""
-    optimizer = adamw(model.parameters(), fused=dtype == torch.float32, lr=1e-4, betas=(0.9, 0.98))
+    """One optimisation step on a batch (on the model's device), the way the Lightning module does it."""
+    device = next(model.parameters()).device.type
+    fused = device == "cpu" and dtype == torch.float32
+    optimizer = adamw(model.parameters(), fused=fused, lr=1e-4, betas=(0.9, 0.98))
 
     def step(batch: Batch) -> None:
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
+        with torch.autocast(device, dtype=dtype, enabled=dtype != torch.float32):
             logits = model(batch.src, batch.tgt_in)
         loss_fn(logits, batch.tgt_out).backward()
         nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=True)
@@ -167,6 +176,23 @@ def fixed_length_batch(
     )
 
 
+def to_device(batch: Batch, device: torch.device) -> Batch:
+    """The batch's id tensors on ``device``: timed steps then copy nothing from the host."""
+    return Batch(*(ids.to(device) for ids in batch))
+
+
+def device_median_times(
+    runs: dict[Any, Callable[[], object]], reps: int, device: torch.device
+) -> dict[Any, float]:
+    """:func:`median_times`, on a GPU with the queue drained before the first run and after each,
+    so that each wall-clock time covers exactly the kernels its run queued (CUDA is asynchronous)."""
+    if device.type != "cuda":
+        return median_times(runs, reps)
+    torch.cuda.synchronize(device)  # the warm-up's kernels finish outside the timings
+    synced = {label: lambda r=run: (r(), torch.cuda.synchronize(device)) for label, run in runs.items()}
+    return median_times(synced, reps)
+
+
 def model_flops(cfg: ModelConfig, model: Transformer, batch: Batch) -> float:
     """Training FLOPs of one step counted from the model's shape and the batch's real tokens."""
     embedding = model.src_embed.tokens.weight.numel()
@@ -182,12 +208,14 @@ def model_flops(cfg: ModelConfig, model: Transformer, batch: Batch) -> float:
     return dense + 12 * cfg.d_model * float(pairs)
 
 
-def square_matmul(dtype: torch.dtype, n: int = 2048) -> tuple[Callable[[], object], float]:
-    """A square matmul of this dtype and its FLOPs: what the cores can do at best. It is timed
-    interleaved with the training steps, so that load from other processes hits both alike."""
-    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+def square_matmul(dtype: torch.dtype, device: torch.device) -> tuple[Callable[[], object], float, int]:
+    """A square matmul of this dtype, its FLOPs and size: what the cores can do at best. It is timed
+    interleaved with the training steps, so that load from other processes hits both alike; a GPU
+    needs 8192 rows to reach its peak, and a millisecond-long kernel for launch costs to vanish."""
+    n = 8192 if device.type == "cuda" else 2048
+    a, b = (torch.randn(n, n, dtype=dtype, device=device) for _ in range(2))
     a @ b
-    return (lambda: a @ b), 2.0 * n**3
+    return (lambda: a @ b), 2.0 * n**3, n
 
 
 def bench_size(
@@ -200,6 +228,8 @@ def bench_size(
     batches = real_batches(tokenizer, sources, targets, args.max_tokens, args.batches)
     tokens = sum(int((b.src != PAD_ID).sum() + (b.tgt_out != PAD_ID).sum()) for b in batches)
     flops = sum(model_flops(cfg, ours, b) for b in batches)
+    ours, peer = ours.to(args.device), peer.to(args.device)
+    batches = [to_device(batch, args.device) for batch in batches]
     if args.compile:
         ours, peer = torch.compile(ours, dynamic=True), torch.compile(peer, dynamic=True)
     steps = {
@@ -212,37 +242,42 @@ def bench_size(
     runs: dict[str, Callable[[], object]] = {
         label: lambda s=step: [s(b) for b in batches] for label, step in steps.items()
     }
-    runs["matmul"], matmul_flops = square_matmul(dtype)
-    times = median_times(runs, args.reps)
+    runs["matmul"], matmul_flops, n = square_matmul(dtype, args.device)
+    times = device_median_times(runs, args.reps, args.device)
     ceiling = matmul_flops / times.pop("matmul") / 1e9
     print(f"({name}) {len(batches)} real batches of ~{args.max_tokens} tokens/side (median of {args.reps})")
-    print(f"  matmul ceiling (2048x2048, {dtype}): {ceiling:.0f} GFLOP/s")
+    print(f"  matmul ceiling ({n}x{n}, {dtype}): {ceiling:.0f} GFLOP/s")
     for label, seconds in times.items():
         print(
             f"  {label:15s} {tokens / seconds:8.0f} tokens/s   {flops / seconds / 1e9:7.1f} GFLOP/s   "
             f"{100 * flops / seconds / 1e9 / ceiling:5.1f}% of the matmul ceiling"
         )
+    on_gpu = "_cuda" if args.device.type == "cuda" else ""
     variant = name + ("" if args.dtype == "fp32" else f"_{args.dtype}")
-    variant += "_compiled" if args.compile else ""
+    variant += ("_compiled" if args.compile else "") + on_gpu
     ratios = [
         (f"train_tokens_per_s_vs_nn_transformer_{variant}", times["nn.Transformer"] / times["ours"], 1.15),
         (f"train_mfu_{variant}", flops / times["ours"] / 1e9 / ceiling, 0.60),
         (f"train_time_per_token_len64_vs_len16_{variant}", bench_lengths(steps["ours"], data, args), 1.25),
     ]
     if args.dtype == "auto":
-        auto_vs_best = bench_precisions(ours, batches, dtype, args.reps)
-        ratios.append((f"train_auto_vs_best_precision_{name}", auto_vs_best, 0.95))
+        auto_vs_best = bench_precisions(ours, batches, dtype, args.reps, args.device)
+        ratios.append((f"train_auto_vs_best_precision_{name}{on_gpu}", auto_vs_best, 0.95))
     if args.contention:
-        ratios += bench_contention(steps, batches, tokens, args.reps, variant)
+        ratios += bench_contention(steps, batches, tokens, args, variant)
     return ratios
 
 
 def bench_lengths(step: Callable[[Batch], None], data: tuple, args: argparse.Namespace) -> float:
     """(c) step time at length 64 over length 16, the same number of tokens."""
-    by_length = {length: fixed_length_batch(*data, length, args.max_tokens) for length in (16, 64)}
+    by_length = {
+        length: to_device(fixed_length_batch(*data, length, args.max_tokens), args.device)
+        for length in (16, 64)
+    }
     for batch in by_length.values():
         step(batch)
-    times = median_times({length: lambda b=batch: step(b) for length, batch in by_length.items()}, args.reps)
+    runs = {length: lambda b=batch: step(b) for length, batch in by_length.items()}
+    times = device_median_times(runs, args.reps, args.device)
     print(
         f"  ours, {args.max_tokens} tokens/side at length 16: {1e3 * times[16]:.0f} ms/step, "
         f"at length 64: {1e3 * times[64]:.0f} ms/step"
@@ -250,13 +285,17 @@ def bench_lengths(step: Callable[[Batch], None], data: tuple, args: argparse.Nam
     return times[64] / times[16]
 
 
-def bench_precisions(model: nn.Module, batches: list[Batch], chosen: torch.dtype, reps: int) -> float:
-    """Tokens/s of the precision ``auto`` chose over the faster of fp32 and bf16, ours, interleaved."""
-    steps = {dtype: train_step_fn(model, ours_loss, dtype) for dtype in (torch.float32, torch.bfloat16)}
+def bench_precisions(
+    model: nn.Module, batches: list[Batch], chosen: torch.dtype, reps: int, device: torch.device
+) -> float:
+    """Tokens/s of the precision ``auto`` chose over the faster of fp32 and bf16 (and fp16 where
+    ``auto`` chose it: CUDA compute capability 7.x), ours, interleaved."""
+    dtypes = dict.fromkeys((torch.float32, torch.bfloat16, chosen))
+    steps = {dtype: train_step_fn(model, ours_loss, dtype) for dtype in dtypes}
     for step in steps.values():
         step(batches[0])
     runs = {dtype: (lambda s=step: [s(b) for b in batches]) for dtype, step in steps.items()}
-    times = median_times(runs, reps)
+    times = device_median_times(runs, reps, device)
     print("  ours by precision: " + ", ".join(f"{dtype} {seconds:.2f} s" for dtype, seconds in times.items()))
     return min(times.values()) / times[chosen]
 
@@ -274,18 +313,22 @@ def busy_process() -> Iterator[None]:
 
 
 def bench_contention(
-    steps: dict[str, Callable[[Batch], None]], batches: list[Batch], tokens: int, reps: int, variant: str
+    steps: dict[str, Callable[[Batch], None]],
+    batches: list[Batch],
+    tokens: int,
+    args: argparse.Namespace,
+    variant: str,
 ) -> list[tuple[str, float, float]]:
     """(d) both models idle and with one busy process, each repetition timing all four."""
     runs = {label: (lambda s=step: [s(b) for b in batches]) for label, step in steps.items()}
     times: dict[tuple[str, str], list[float]] = {}
-    for _ in range(reps):
+    for _ in range(args.reps):
         for state in ("idle", "busy"):
             with busy_process() if state == "busy" else contextlib.nullcontext():
-                for label, seconds in median_times(runs, 1).items():
+                for label, seconds in device_median_times(runs, 1, args.device).items():
                     times.setdefault((label, state), []).append(seconds)
     speed = {key: tokens / statistics.median(values) for key, values in times.items()}
-    print(f"  (d) with one busy process on the machine (median of {reps}), tokens/s idle -> busy:")
+    print(f"  (d) with one busy process on the machine (median of {args.reps}), tokens/s idle -> busy:")
     for label in steps:
         idle, busy = speed[label, "idle"], speed[label, "busy"]
         print(f"    {label:15s} {idle:8.0f} -> {busy:8.0f}  ({100 * busy / idle:.0f} % kept)")
@@ -299,16 +342,17 @@ def bench_contention(
     ]
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--sizes", nargs="+", choices=sorted(SIZES), default=["small", "base"])
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where both models train")
     parser.add_argument(
         "--dtype",
         choices=["fp32", "bf16", "auto"],
-        default="fp32",
-        help="bf16 = CPU autocast; auto = as trainer.precision=auto chooses, also timed against both",
+        help="default fp32 on a CPU, bf16 on CUDA; bf16 = autocast; "
+        "auto = as trainer.precision=auto chooses, also timed against both",
     )
     parser.add_argument("--compile", action="store_true", help="torch.compile both models")
     parser.add_argument("--max-tokens", type=int, default=2500, help="tokens per side per batch")
@@ -318,13 +362,30 @@ def main() -> None:
         "--contention", action="store_true", help="also time both models with a busy process running"
     )
     args = parser.parse_args()
+    args.dtype = args.dtype or ("bf16" if args.device == "cuda" else "fp32")
+    args.device = torch.device(args.device)
+    return args
+
+
+def compute_dtype(args: argparse.Namespace) -> torch.dtype:
+    """The autocast dtype ``--dtype`` asks for; ``auto`` is resolved as training resolves it."""
+    if args.dtype != "auto":
+        return torch.bfloat16 if args.dtype == "bf16" else torch.float32
+    precision, reason = resolve_precision(AUTO, model_config(args.sizes[0]), args.device.type)
+    print(f"auto: {precision} ({reason})")
+    return precision_dtype(precision)
+
+
+def main() -> None:
+    args = parse_args()
+    if args.device.type == "cuda" and not torch.cuda.is_available():
+        sys.exit(f"error: --device cuda, but torch {torch.__version__} sees no CUDA GPU on this machine")
     torch.manual_seed(0)
     print(describe())
-    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
-    if args.dtype == "auto":
-        precision, reason = resolve_precision(AUTO, model_config(args.sizes[0]), "cpu")
-        dtype = precision_dtype(precision)
-        print(f"auto: {precision} ({reason})")
+    if args.device.type == "cuda":
+        print(f"device: cuda, {torch.cuda.get_device_name(args.device)}")
+        torch.set_float32_matmul_precision("high")  # TF32 for fp32 matmuls, as train.py sets on a GPU
+    dtype = compute_dtype(args)
 
     sources, targets = read_pairs(20000)
     tokenizer = TranslationTokenizer.train(sources, targets, VOCAB, shared=True)

@@ -1,5 +1,8 @@
-"""The real Hydra config composed exactly as ``train.py`` does it, and shipped config files, for tests."""
+"""The real Hydra config composed exactly as ``train.py`` does it, shipped config files, and
+``train.py`` started as DDP processes, for tests."""
 
+import subprocess
+import sys
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
@@ -25,3 +28,27 @@ def tiny_run(run_dir: Path, cache_dir: Path, *overrides: str) -> DictConfig:
 def model_config(name: str) -> ModelConfig:
     """The sizes of ``configs/model/<name>.yaml``, validated like training validates them."""
     return validated(ModelConfig, OmegaConf.load(ROOT / "configs" / "model" / f"{name}.yaml"), "model")
+
+
+def ddp_training(
+    run_dir: Path, cache_dir: Path, processes: int, *overrides: str
+) -> subprocess.CompletedProcess:
+    """``train.py`` on ``processes`` CPU processes (gloo) started by Lightning's launcher; the tiny
+    experiment, output captured. The caller checks the return code."""
+    return subprocess.run(
+        [
+            sys.executable,
+            "train.py",
+            "experiment=tiny",
+            "trainer=ddp",
+            "trainer.accelerator=cpu",
+            f"trainer.devices={processes}",
+            f"data.cache_dir={cache_dir}",
+            f"hydra.run.dir={run_dir}",
+            *overrides,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )

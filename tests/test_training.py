@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from compose import ROOT, tiny_run
+from compose import ROOT, ddp_training, tiny_run
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from seq2seq.checkpoint import load_model, read_checkpoint
@@ -42,6 +42,8 @@ def test_tensorboard_has_scalars_text_and_attention_images(trained_run):
     for scalar in ("train/loss", "train/ppl", "train/acc", "train/lr", "train/tokens_per_s", "val/loss"):
         assert scalar in tags["scalars"], scalar
     for scalar in ("val/ppl", "val/bleu", "val/chrf", "hp/best_bleu"):
+        assert scalar in tags["scalars"], scalar
+    for scalar in ("data/train_pairs", "data/too_long_train_pairs", "data/too_long_train_share"):
         assert scalar in tags["scalars"], scalar
     assert "val/samples/text_summary" in tags["tensors"]
     assert {"attention/encoder_self", "attention/decoder_self", "attention/cross"} <= set(tags["images"])
@@ -141,23 +143,7 @@ def test_logger_none_writes_no_tensorboard_files(tmp_path):
 
 @pytest.mark.slow
 def test_ddp_on_two_cpu_processes(tmp_path):
-    result = subprocess.run(
-        [
-            sys.executable,
-            "train.py",
-            "experiment=tiny",
-            "trainer=ddp",
-            "trainer.accelerator=cpu",
-            "trainer.devices=2",
-            "trainer.max_epochs=1",
-            f"data.cache_dir={tmp_path / 'cache'}",
-            f"hydra.run.dir={tmp_path / 'run'}",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    result = ddp_training(tmp_path / "run", tmp_path / "cache", 2, "trainer.max_epochs=1")
     assert result.returncode == 0, result.stderr[-3000:]
     assert (tmp_path / "run" / "checkpoints" / "last.ckpt").is_file()
 

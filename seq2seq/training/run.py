@@ -7,6 +7,7 @@ with a composed config, so both go through exactly the same code.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 from dataclasses import asdict
 from pathlib import Path
@@ -17,6 +18,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint, RichProgressBar
 from pytorch_lightning.loggers import TensorBoardLogger
+from pytorch_lightning.utilities import rank_zero_only
 
 from seq2seq.config import (
     CallbacksConfig,
@@ -33,6 +35,7 @@ from seq2seq.data.resume import BatchOrder
 from seq2seq.hardware import describe, resolve_precision
 from seq2seq.training.budget import Budget
 from seq2seq.training.callbacks import AtomicCheckpointIO, InterruptBetweenBatches, SaveLast
+from seq2seq.training.global_batch import GlobalBatch
 from seq2seq.training.module import TranslationModule
 from seq2seq.training.monitoring import TensorBoardPanels
 from seq2seq.training.time_shares import TimeShares
@@ -40,14 +43,15 @@ from seq2seq.training.time_shares import TimeShares
 log = logging.getLogger(__name__)
 
 MIN_FREE_BYTES = 200 * 2**20  # refuse to start with less free disk than a few checkpoints need
-STARTUP_FILES = {".hydra", "train.log", "config.yaml", "tokenizer.json"}  # Hydra's and ours, before training
+STARTUP_FILES = {".hydra", "config.yaml", "tokenizer.json"}  # Hydra's and ours, before training
+STARTUP_LOGS = "train*.log"  # Hydra's log: train.log, train_rank<k>.log, train_ddp_process_<k>.log
 
 
 def check_output_dir(path: Path) -> None:
     """Fail before training, not at the first checkpoint, if the run directory is unusable."""
     try:
         path.mkdir(parents=True, exist_ok=True)
-        probe = path / ".write-test"
+        probe = path / f".write-test-{os.getpid()}"  # every rank of a launch probes the same directory
         probe.write_bytes(b"ok")
         probe.unlink()
     except OSError as err:
@@ -62,7 +66,9 @@ def check_output_dir(path: Path) -> None:
 def discard_unstarted_run(run_dir: Path) -> None:
     """Delete a run directory that holds only start-up files, so a run that fails before training
     (a bad value, a missing corpus) leaves nothing behind; anything else in it is kept."""
-    if run_dir.is_dir() and {path.name for path in run_dir.iterdir()} <= STARTUP_FILES:
+    if run_dir.is_dir() and all(
+        path.name in STARTUP_FILES or path.match(STARTUP_LOGS) for path in run_dir.iterdir()
+    ):
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
@@ -108,6 +114,7 @@ def build_trainer(
         BatchOrder(),
         Budget(optim_cfg.dropout_min_epochs),
         TimeShares(),
+        GlobalBatch(int(cfg.data.max_tokens)),
     ]
     if callbacks_cfg.early_stopping_patience:
         callbacks.append(
@@ -159,17 +166,18 @@ def train(cfg: DictConfig) -> dict[str, float]:
     run_dir = Path(cfg.output_dir)
     check_output_dir(run_dir)
     header = settle_precision(cfg, model_cfg)
-    (run_dir / "config.yaml").write_text(
-        "".join(f"# {line}\n" for line in header) + OmegaConf.to_yaml(cfg, resolve=True)
-    )
+    if rank_zero_only.rank == 0:  # every rank of a torchrun or SLURM launch runs this; one writes
+        (run_dir / "config.yaml").write_text(
+            "".join(f"# {line}\n" for line in header) + OmegaConf.to_yaml(cfg, resolve=True)
+        )
     pl.seed_everything(cfg.seed, workers=True)
     if torch.cuda.is_available():
         torch.set_float32_matmul_precision("high")  # TF32 matmuls on Ampere+; no effect on CPU
 
     datamodule = TranslationDataModule(data_cfg, seed=cfg.seed)
-    datamodule.prepare_data()
-    datamodule.setup("fit")
-    datamodule.tokenizer.save(run_dir)
+    datamodule.setup("fit")  # in every process: one per cache directory builds, the others load it
+    if rank_zero_only.rank == 0:
+        datamodule.tokenizer.save(run_dir)
 
     module = TranslationModule(
         model=asdict(model_cfg),
