@@ -11,7 +11,7 @@ import datasets
 import pytest
 
 from seq2seq.config import DataConfig, DataError
-from seq2seq.data.corpus import load_corpus, references, resolve_path, split_corpus
+from seq2seq.data.corpus import load_corpus, load_splits, references, resolve_path
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -92,22 +92,21 @@ def _sources(dataset: datasets.Dataset) -> set[str]:
 
 def test_split_groups_by_source_and_is_deterministic(tmp_path: Path) -> None:
     pairs, _ = load_corpus(_cfg(FIXTURES / "tiny.tsv", tmp_path))
-    splits = split_corpus(pairs, valid_size=20, test_size=25, seed=3)
+    splits, _ = load_splits(_cfg(FIXTURES / "tiny.tsv", tmp_path, valid_size=20, test_size=25, split_seed=3))
     train, valid, test = (_sources(splits[name]) for name in ("train", "valid", "test"))
     assert (len(valid), len(test)) == (20, 25)
     assert not (train & valid or train & test or valid & test)
     assert sum(len(s) for s in splits.values()) == len(pairs)
-    again = split_corpus(pairs, valid_size=20, test_size=25, seed=3)
+    again, _ = load_splits(_cfg(FIXTURES / "tiny.tsv", tmp_path, valid_size=20, test_size=25, split_seed=3))
     assert again["valid"]["src"][:] == splits["valid"]["src"][:]
     assert again["test"]["tgt"][:] == splits["test"]["tgt"][:]
-    other = split_corpus(pairs, valid_size=20, test_size=25, seed=4)
+    other, _ = load_splits(_cfg(FIXTURES / "tiny.tsv", tmp_path, valid_size=20, test_size=25, split_seed=4))
     assert _sources(other["valid"]) != valid
 
 
 def test_split_needs_training_sentences(tmp_path: Path) -> None:
-    pairs, _ = load_corpus(_cfg(FIXTURES / "broken.tsv", tmp_path))
     with pytest.raises(DataError, match="distinct source sentences"):
-        split_corpus(pairs, valid_size=3, test_size=2, seed=0)
+        load_splits(_cfg(FIXTURES / "broken.tsv", tmp_path, valid_size=3, test_size=2))
 
 
 def test_references_collect_every_translation(tmp_path: Path) -> None:

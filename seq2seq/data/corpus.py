@@ -251,14 +251,6 @@ def _select(dataset: datasets.Dataset, indices: dict[str, np.ndarray], key: str)
     )
 
 
-def split_corpus(
-    dataset: datasets.Dataset, valid_size: int, test_size: int, seed: int
-) -> datasets.DatasetDict:
-    """The split of :func:`split_indices` as datasets (views of ``dataset``, nothing copied)."""
-    key = f"{dataset._fingerprint}|{valid_size}|{test_size}|{seed}"
-    return _select(dataset, split_indices(dataset, valid_size, test_size, seed), key)
-
-
 def _save_split(dataset: datasets.Dataset, cfg: DataConfig, directory: Path) -> None:
     indices = split_indices(dataset, cfg.valid_size, cfg.test_size, cfg.split_seed)
     np.savez(directory / _SPLIT_FILE, **indices)

@@ -11,7 +11,7 @@ ranks load the same files, the tokenizer included.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import partial
 from itertools import chain
 from pathlib import Path
@@ -79,7 +79,7 @@ class TranslationDataModule(pl.LightningDataModule):
         self.lengths: dict[str, np.ndarray] = {}  # padded length of each pair of ``splits``, as collated
         self.stats: dict[str, int | float] = {}
 
-    def _cache(self, kind: str, key: str, build: partial, what: str) -> Path:
+    def _cache(self, kind: str, key: str, build: Callable[[Path], None], what: str) -> Path:
         directory = self.cache_dir / f"{kind}-{digest(key)}"
         build_once(directory, build, what, self.cfg.lock_timeout_s)
         return directory

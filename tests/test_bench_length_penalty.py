@@ -1,0 +1,42 @@
+"""bench/length_penalty.py: the alpha is chosen on the validation split and checked on the test split."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from compose import ROOT
+
+sys.path.insert(0, str(ROOT / "bench"))
+from length_penalty import decode_split, study
+
+from seq2seq.checkpoint import load_model
+from seq2seq.data import corpus
+from seq2seq.inference.translator import Translator
+
+
+@pytest.mark.slow
+def test_the_alpha_with_the_best_validation_bleu_is_scored_on_test(trained_ckpt: Path) -> None:
+    on_valid, chosen, own = study(trained_ckpt, beam=2, grid=(0.0, 1.0))
+    assert [scored.alpha for scored in on_valid] == [0.0, 1.0]
+    assert chosen.alpha == max(on_valid, key=lambda scored: scored.bleu).alpha
+    assert own.alpha == load_model(trained_ckpt).decode_config.length_penalty
+    translator = Translator.from_checkpoint(trained_ckpt, device="cpu", dtype="float32")
+    splits, _ = corpus.load_splits(load_model(trained_ckpt).data_config)
+    again = decode_split(translator, *corpus.references(splits["test"]), chosen.alpha, beam=2)
+    assert (again.bleu, again.chrf) == (chosen.bleu, chosen.chrf)  # the test figure is that alpha's
+
+
+@pytest.mark.slow
+def test_the_command_prints_its_ratio_line(trained_ckpt: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "bench/length_penalty.py", "--ckpt", str(trained_ckpt), "--beam", "2"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = result.stdout.splitlines()
+    assert sum(line.startswith("valid  alpha ") for line in lines) == 10
+    assert lines[-1].startswith("RATIO length_penalty_test_bleu_gain ") and lines[-1].endswith(" target 0")
