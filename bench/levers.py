@@ -1,0 +1,138 @@
+"""Lever study (issue #27): train a variant next to today's default on the same budget and compare.
+
+Each run is ``train.py`` as a user starts it, plus the lever's overrides and the budget: a fixed
+number of steps (``--steps 962``: the slow machine class, insensitive to a busy machine) or wall
+clock (``--minutes 30``). For every run it reports steps, median training tokens/s, the best
+validation BLEU (greedy, as training validates), and test BLEU and decode seconds with beam 5
+and greedy on ``best.ckpt`` (float32, so the figures do not hang on the CPU's bf16). A run's
+figures are kept in its directory (``result.json``), so the default is trained once per budget
+and seed, however many levers are compared with it.
+
+    python bench/levers.py --lever half_batch --steps 962 [--seeds 42 43] [--out runs/levers]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from length_penalty import decode_split  # noqa: E402
+
+from seq2seq.checkpoint import load_model, read_checkpoint  # noqa: E402
+from seq2seq.data import corpus  # noqa: E402
+from seq2seq.hardware import describe  # noqa: E402
+from seq2seq.inference.translator import Translator  # noqa: E402
+
+LEVERS = {
+    "default": [],
+    "half_batch": ["data.max_tokens=1250"],
+    "vocab_4k": ["data.vocab_size=4000"],
+    "vocab_6k": ["data.vocab_size=6000"],
+    "depth_4_2": ["model.n_encoder_layers=4", "model.n_decoder_layers=2"],
+    "depth_5_1": ["model.n_encoder_layers=5", "model.n_decoder_layers=1"],
+    "depth_6_1": ["model.n_encoder_layers=6", "model.n_decoder_layers=1"],
+    "raw_weights": ["optim.ema_decay=0"],
+    "pre_norm": ["model.norm_first=true"],
+    "no_label_smoothing": ["optim.label_smoothing=0"],
+    "label_smoothing_0.2": ["optim.label_smoothing=0.2"],
+}
+SEARCHES = {"beam5": 5, "greedy": 1}
+
+
+def budget_overrides(steps: int | None, minutes: int | None) -> list[str]:
+    if steps is not None:
+        return [f"trainer.max_steps={steps}", "trainer.max_time=null"]
+    return [f"trainer.max_time=00:00:{minutes:02d}:00"]
+
+
+def median_tokens_per_s(run_dir: Path) -> float | None:
+    events = EventAccumulator(str(run_dir / "tensorboard"))
+    events.Reload()
+    if "train/tokens_per_s" not in events.Tags()["scalars"]:
+        return None
+    return statistics.median(event.value for event in events.Scalars("train/tokens_per_s"))
+
+
+def evaluate(run_dir: Path) -> dict:
+    """The run's figures: steps, tokens/s, best validation BLEU, and the test split per search."""
+    best = run_dir / "checkpoints" / "best.ckpt"
+    state = read_checkpoint(run_dir / "checkpoints" / "last.ckpt")
+    translator = Translator.from_checkpoint(best, device="cpu", dtype="float32")
+    splits, _ = corpus.load_splits(load_model(best).data_config)
+    test = corpus.references(splits["test"])
+    result = {
+        "steps": state["global_step"],
+        "tokens_per_s": median_tokens_per_s(run_dir),
+        "val_bleu": read_checkpoint(best)["seq2seq"]["best_bleu"],
+    }
+    for name, beam in SEARCHES.items():
+        scored = decode_split(translator, *test, translator.decode_cfg.length_penalty, beam)
+        result[f"test_bleu_{name}"], result[f"decode_s_{name}"] = scored.bleu, scored.seconds
+    return result
+
+
+def run_lever(lever: str, seed: int, budget: list[str], extra: list[str], out: Path) -> dict:
+    """Train (unless this run's figures are already in ``out``) and evaluate one run."""
+    run_dir = out / f"{lever}-seed{seed}"
+    record = run_dir / "result.json"
+    if record.is_file():
+        return json.loads(record.read_text())
+    overrides = [*LEVERS[lever], *budget, *extra, f"seed={seed}", f"hydra.run.dir={run_dir}"]
+    subprocess.run([sys.executable, "train.py", *overrides], cwd=ROOT, check=True)
+    result = {"lever": lever, "seed": seed, "overrides": overrides, **evaluate(run_dir)}
+    record.write_text(json.dumps(result, indent=1))
+    return result
+
+
+def row(result: dict) -> str:
+    tokens = result["tokens_per_s"]
+    return (
+        f"{result['lever']:>20} seed {result['seed']}: {result['steps']} steps, "
+        f"{'-' if tokens is None else f'{tokens:,.0f}'} tokens/s, val {result['val_bleu']:.2f}, "
+        f"test beam 5 {result['test_bleu_beam5']:.2f} ({result['decode_s_beam5']:.1f} s), "
+        f"greedy {result['test_bleu_greedy']:.2f} ({result['decode_s_greedy']:.1f} s)"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lever", choices=sorted(LEVERS), required=True)
+    budget = parser.add_mutually_exclusive_group(required=True)
+    budget.add_argument("--steps", type=int, help="a fixed number of optimizer steps (962: the slow class)")
+    budget.add_argument("--minutes", type=int, help="wall clock, as python train.py runs")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[42])
+    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "levers")
+    parser.add_argument("--experiment", help="instead of the default experiment (the tests: tiny)")
+    args = parser.parse_args()
+    print(describe())
+    extra = [f"experiment={args.experiment}"] if args.experiment else []
+    plan = budget_overrides(args.steps, args.minutes)
+    budget_name = f"{args.steps}steps" if args.steps is not None else f"{args.minutes}min"
+    out = args.out / f"{args.experiment or 'spa_en_cpu'}-{budget_name}"
+    results = {
+        (lever, seed): run_lever(lever, seed, plan, extra, out)
+        for seed in args.seeds
+        for lever in ("default", args.lever)
+    }
+    for result in results.values():
+        print(row(result))
+    variant = [results[args.lever, seed] for seed in args.seeds]
+    default = [results["default", seed] for seed in args.seeds]
+    gains = [v["test_bleu_beam5"] - d["test_bleu_beam5"] for v, d in zip(variant, default, strict=True)]
+    speed = [d["decode_s_beam5"] / v["decode_s_beam5"] for v, d in zip(variant, default, strict=True)]
+    print(f"RATIO lever_{args.lever}_test_bleu_gain {statistics.mean(gains):.3f} target 2")
+    print(f"RATIO lever_{args.lever}_beam5_decode_speedup {statistics.mean(speed):.3f} target 1.5")
+
+
+if __name__ == "__main__":
+    main()

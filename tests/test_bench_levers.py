@@ -1,0 +1,39 @@
+"""bench/levers.py on the tiny experiment: a lever trained next to the default, figures kept per run."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from compose import ROOT
+
+
+def run_levers(out: Path) -> subprocess.CompletedProcess:
+    command = [sys.executable, "bench/levers.py", "--lever", "half_batch", "--steps", "6"]
+    command += ["--experiment", "tiny", "--out", str(out), "--seeds", "1"]
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.slow
+def test_a_lever_and_the_default_train_on_the_same_budget_and_are_compared(tmp_path: Path) -> None:
+    result = run_levers(tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    runs = {
+        path.parent.name: json.loads(path.read_text()) for path in tmp_path.glob("tiny-6steps/*/result.json")
+    }
+    assert set(runs) == {"default-seed1", "half_batch-seed1"}
+    assert all(run["steps"] == 6 for run in runs.values())
+    assert "data.max_tokens=1250" in runs["half_batch-seed1"]["overrides"]
+    assert "data.max_tokens=1250" not in runs["default-seed1"]["overrides"]
+    lines = result.stdout.splitlines()
+    gain = runs["half_batch-seed1"]["test_bleu_beam5"] - runs["default-seed1"]["test_bleu_beam5"]
+    assert f"RATIO lever_half_batch_test_bleu_gain {gain:.3f} target 2" in lines
+    assert any(line.startswith("RATIO lever_half_batch_beam5_decode_speedup ") for line in lines)
+    checkpoints = {path: path.stat().st_mtime_ns for path in tmp_path.rglob("*.ckpt")}
+    again = run_levers(tmp_path)  # the figures are read back, nothing is trained again
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert {path: path.stat().st_mtime_ns for path in tmp_path.rglob("*.ckpt")} == checkpoints
+    assert [line for line in again.stdout.splitlines() if line.startswith("RATIO")] == [
+        line for line in lines if line.startswith("RATIO")
+    ]
