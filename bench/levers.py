@@ -1,12 +1,13 @@
 """Lever study (issue #27): train a variant next to today's default on the same budget and compare.
 
 Each run is ``train.py`` as a user starts it, plus the lever's overrides and the budget: a fixed
-number of steps (``--steps 962``: the slow machine class, insensitive to a busy machine) or wall
-clock (``--minutes 30``). For every run it reports steps, median training tokens/s, the best
-validation BLEU (greedy, as training validates), and test BLEU and decode seconds with beam 5
-and greedy on ``best.ckpt`` (float32, so the figures do not hang on the CPU's bf16). A run's
-figures are kept in its directory (``result.json``), so the default is trained once per budget
-and seed, however many levers are compared with it.
+number of steps (``--steps 962``: the slow machine class, insensitive to a busy machine; a lever
+that changes the batch gets as many training tokens) or wall clock (``--minutes 30``). For every
+run it reports steps, median training tokens/s, the best validation BLEU (greedy, as training
+validates), and test BLEU and decode seconds with beam 5 and greedy on ``best.ckpt`` (float32,
+so the figures do not hang on the CPU's bf16). A run's figures are kept in its directory
+(``result.json``), so the default is trained once per budget and seed, however many levers are
+compared with it.
 
     python bench/levers.py --lever half_batch --steps 962 [--seeds 42 43] [--out runs/levers]
 """
@@ -18,6 +19,7 @@ import json
 import statistics
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -33,25 +35,36 @@ from seq2seq.data import corpus  # noqa: E402
 from seq2seq.hardware import describe  # noqa: E402
 from seq2seq.inference.translator import Translator  # noqa: E402
 
+
+@dataclass(frozen=True)
+class Lever:
+    """A variant's overrides, and how many of its steps stand for one default step in a step budget:
+    2 for half the batch, so that both see as many training tokens."""
+
+    overrides: tuple[str, ...] = ()
+    steps_per_default_step: float = 1.0
+
+
 LEVERS = {
-    "default": [],
-    "half_batch": ["data.max_tokens=1250"],
-    "vocab_4k": ["data.vocab_size=4000"],
-    "vocab_6k": ["data.vocab_size=6000"],
-    "depth_4_2": ["model.n_encoder_layers=4", "model.n_decoder_layers=2"],
-    "depth_5_1": ["model.n_encoder_layers=5", "model.n_decoder_layers=1"],
-    "depth_6_1": ["model.n_encoder_layers=6", "model.n_decoder_layers=1"],
-    "raw_weights": ["optim.ema_decay=0"],
-    "pre_norm": ["model.norm_first=true"],
-    "no_label_smoothing": ["optim.label_smoothing=0"],
-    "label_smoothing_0.2": ["optim.label_smoothing=0.2"],
+    "default": Lever(),
+    "half_batch": Lever(("data.max_tokens=1250",), steps_per_default_step=2.0),
+    "vocab_4k": Lever(("data.vocab_size=4000",)),
+    "vocab_6k": Lever(("data.vocab_size=6000",)),
+    "depth_4_2": Lever(("model.n_encoder_layers=4", "model.n_decoder_layers=2")),
+    "depth_5_1": Lever(("model.n_encoder_layers=5", "model.n_decoder_layers=1")),
+    "depth_6_1": Lever(("model.n_encoder_layers=6", "model.n_decoder_layers=1")),
+    "raw_weights": Lever(("optim.ema_decay=0",)),
+    "pre_norm": Lever(("model.norm_first=true",)),
+    "no_label_smoothing": Lever(("optim.label_smoothing=0",)),
+    "label_smoothing_0.2": Lever(("optim.label_smoothing=0.2",)),
 }
 SEARCHES = {"beam5": 5, "greedy": 1}
+Budget = tuple[int | None, int | None]  # (steps of the default, minutes): one of them is set
 
 
-def budget_overrides(steps: int | None, minutes: int | None) -> list[str]:
+def budget_overrides(lever: Lever, steps: int | None, minutes: int | None) -> list[str]:
     if steps is not None:
-        return [f"trainer.max_steps={steps}", "trainer.max_time=null"]
+        return [f"trainer.max_steps={round(steps * lever.steps_per_default_step)}", "trainer.max_time=null"]
     return [f"trainer.max_time=00:00:{minutes:02d}:00"]
 
 
@@ -81,15 +94,22 @@ def evaluate(run_dir: Path) -> dict:
     return result
 
 
-def run_lever(lever: str, seed: int, budget: list[str], extra: list[str], out: Path) -> dict:
+def run_lever(name: str, seed: int, budget: Budget, extra: list[str], out: Path) -> dict:
     """Train (unless this run's figures are already in ``out``) and evaluate one run."""
-    run_dir = out / f"{lever}-seed{seed}"
+    run_dir = out / f"{name}-seed{seed}"
     record = run_dir / "result.json"
     if record.is_file():
         return json.loads(record.read_text())
-    overrides = [*LEVERS[lever], *budget, *extra, f"seed={seed}", f"hydra.run.dir={run_dir}"]
+    lever = LEVERS[name]
+    overrides = [
+        *lever.overrides,
+        *budget_overrides(lever, *budget),
+        *extra,
+        f"seed={seed}",
+        f"hydra.run.dir={run_dir}",
+    ]
     subprocess.run([sys.executable, "train.py", *overrides], cwd=ROOT, check=True)
-    result = {"lever": lever, "seed": seed, "overrides": overrides, **evaluate(run_dir)}
+    result = {"lever": name, "seed": seed, "overrides": overrides, **evaluate(run_dir)}
     record.write_text(json.dumps(result, indent=1))
     return result
 
@@ -116,11 +136,11 @@ def main() -> None:
     args = parser.parse_args()
     print(describe())
     extra = [f"experiment={args.experiment}"] if args.experiment else []
-    plan = budget_overrides(args.steps, args.minutes)
+    budget = (args.steps, args.minutes)
     budget_name = f"{args.steps}steps" if args.steps is not None else f"{args.minutes}min"
     out = args.out / f"{args.experiment or 'spa_en_cpu'}-{budget_name}"
     results = {
-        (lever, seed): run_lever(lever, seed, plan, extra, out)
+        (lever, seed): run_lever(lever, seed, budget, extra, out)
         for seed in args.seeds
         for lever in ("default", args.lever)
     }

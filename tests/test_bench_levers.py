@@ -23,7 +23,7 @@ def test_a_lever_and_the_default_train_on_the_same_budget_and_are_compared(tmp_p
         path.parent.name: json.loads(path.read_text()) for path in tmp_path.glob("tiny-6steps/*/result.json")
     }
     assert set(runs) == {"default-seed1", "half_batch-seed1"}
-    assert all(run["steps"] == 6 for run in runs.values())
+    assert (runs["default-seed1"]["steps"], runs["half_batch-seed1"]["steps"]) == (6, 12)  # as many tokens
     assert "data.max_tokens=1250" in runs["half_batch-seed1"]["overrides"]
     assert "data.max_tokens=1250" not in runs["default-seed1"]["overrides"]
     lines = result.stdout.splitlines()
