@@ -10,6 +10,7 @@ every translation; beam search ranks near-equal hypotheses, so a few may swap.
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -22,15 +23,21 @@ from seq2seq.inference.evaluation import score
 from seq2seq.inference.translator import Translation, Translator
 
 SCORE_BOUND = 0.15  # |score in bf16 - score in float32| for the same translation
-BEAM_SAME_SHARE = 0.9  # beam 5: share of sentences with the float32 translation (measured 38 of 40)
-BEAM_BLEU_BOUND = 5.0  # beam 5: BLEU points; one changed sentence of 40 moves BLEU by 2-4
+# beam 5: share of sentences with the float32 translation; measured 38 of 38 on an AMD EPYC with
+# AVX512-BF16, 38 of 40 on an AMX Xeon (with the near-tied source that :func:`memorised` leaves out)
+BEAM_SAME_SHARE = 0.9
+BEAM_BLEU_BOUND = 5.0  # beam 5: BLEU points; one changed sentence of 38 moves BLEU by 2-4
 
 
 @pytest.fixture(scope="module")
 def memorised() -> tuple[list[str], list[list[str]]]:
-    """The sources the memorised model learnt, and their references."""
-    pairs = [line.split("\t") for line in CORPUS.read_text(encoding="utf-8").splitlines()]
-    return [s for s, _ in pairs[:MEMORISED_PAIRS]], [[t] for _, t in pairs[:MEMORISED_PAIRS]]
+    """The sources the memorised model learnt with one translation, and that translation. A source
+    learnt with two ("Think about it." as "Piénsalo." and as "Piensa al respecto.") leaves the
+    model a near tie between them, which any rounding may flip, bf16's on one CPU and not another."""
+    pairs = [line.split("\t") for line in CORPUS.read_text(encoding="utf-8").splitlines()][:MEMORISED_PAIRS]
+    learnt = Counter(source for source, _ in pairs)
+    kept = [(source, target) for source, target in pairs if learnt[source] == 1]
+    return [source for source, _ in kept], [[target] for _, target in kept]
 
 
 def best(translator: Translator, texts: list[str], beam: int) -> list[Translation]:
