@@ -139,6 +139,7 @@ def test_float32_export_decodes_the_same_tokens_as_pytorch(
         for o, t in zip(ours_hyps, their_hyps, strict=True):
             if t.tokens == o.tokens:
                 assert t.score >= o.score - 1e-5
+                assert t.score == pytest.approx(o.score, rel=1e-3)
             else:
                 assert abs(t.score - o.score) <= NEAR_TIE
 
