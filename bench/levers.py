@@ -80,13 +80,18 @@ def median_tokens_per_s(run_dir: Path) -> float | None:
     return statistics.median(event.value for event in events.Scalars("train/tokens_per_s"))
 
 
+def held_out_test(ckpt: Path) -> tuple[list[str], list[list[str]]]:
+    """Sources and references of the test split the checkpoint's data settings give."""
+    splits, _ = corpus.load_splits(load_model(ckpt).data_config)
+    return corpus.references(splits["test"])
+
+
 def evaluate(run_dir: Path) -> dict:
     """The run's figures: steps, tokens/s, best validation BLEU, and the test split per search."""
     best = run_dir / "checkpoints" / "best.ckpt"
     state = read_checkpoint(run_dir / "checkpoints" / "last.ckpt")
     translator = Translator.from_checkpoint(best, device="cpu", dtype="float32")
-    splits, _ = corpus.load_splits(load_model(best).data_config)
-    test = corpus.references(splits["test"])
+    test = held_out_test(best)
     result = {
         "steps": state["global_step"],
         "tokens_per_s": median_tokens_per_s(run_dir),
@@ -105,8 +110,7 @@ def beam5_speedup(default_dir: Path, variant_dir: Path, repeats: int = 2) -> flo
         Translator.from_checkpoint(run_dir / "checkpoints" / "best.ckpt", device="cpu", dtype="float32")
         for run_dir in (default_dir, variant_dir)
     ]
-    splits, _ = corpus.load_splits(load_model(default_dir / "checkpoints" / "best.ckpt").data_config)
-    test = corpus.references(splits["test"])
+    test = held_out_test(default_dir / "checkpoints" / "best.ckpt")
     seconds: list[list[float]] = [[], []]
     for _ in range(repeats):
         for times, translator in zip(seconds, translators, strict=True):
