@@ -43,6 +43,7 @@ class SpecialIds:
 
 
 SPECIAL_IDS = SpecialIds()
+ACTIVATIONS = ("relu", "gelu", "swiglu")  # the position-wise FFN's; see model/layers.py
 
 
 @dataclass
@@ -54,6 +55,7 @@ class ModelConfig:
     n_encoder_layers: int = 3  # encoder depth
     n_decoder_layers: int = 3  # decoder depth
     d_ff: int = 1024  # hidden width of the position-wise feed-forward
+    activation: str = "relu"  # FFN: "relu", "gelu" (exact erf) or "swiglu" (gated; d_ff as given)
     dropout: float = 0.1  # dropout on embeddings, sublayer outputs and FFN hidden
     attention_dropout: float = 0.0  # dropout on attention weights
     max_positions: int = 256  # longest sequence the positional encoding covers
@@ -70,6 +72,10 @@ class ModelConfig:
             )
         _probability("model.dropout", self.dropout)
         _probability("model.attention_dropout", self.attention_dropout)
+        if self.activation not in ACTIVATIONS:
+            raise ConfigError(
+                f"model.activation must be one of {', '.join(ACTIVATIONS)}, got {self.activation!r}"
+            )
 
     @property
     def head_dim(self) -> int:

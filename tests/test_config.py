@@ -26,6 +26,7 @@ from seq2seq.model import Transformer
         (["model.n_heads=-2"], "model.n_heads must be > 0"),
         (["model.d_ff=0"], "model.d_ff must be > 0"),
         (["model.dropout=1.0"], "model.dropout must be in [0, 1)"),
+        (["model.activation=swish"], "model.activation must be one of relu, gelu, swiglu, got 'swish'"),
         (["model.d_model=abc"], "model: Value 'abc' of type 'str' could not be converted to Integer"),
     ],
 )
@@ -57,6 +58,13 @@ def test_bad_values_in_other_groups(schema, group, overrides, message):
     cfg = compose_train(*overrides)
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         validated(schema, cfg[group], group)
+
+
+def test_the_ffn_activation_is_a_model_override() -> None:
+    """What bench/levers.py passes for issue #27's activation levers; the shipped default stays ReLU."""
+    cfg = compose_train("model.activation=swiglu", "model.d_ff=683")
+    assert validated(ModelConfig, cfg.model, "model").activation == "swiglu"
+    assert validated(ModelConfig, compose_train().model, "model").activation == "relu"
 
 
 def test_unknown_key_is_rejected_at_compose_time():

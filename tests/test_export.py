@@ -88,6 +88,8 @@ VARIANTS = {
         {"norm_first": True, "tie_embeddings": False, "learned_positions": True},
         False,
     ),
+    "post-norm, exact GELU": ({"activation": "gelu"}, True),
+    "pre-norm, SwiGLU (gated, d_ff 43)": ({"norm_first": True, "activation": "swiglu", "d_ff": 43}, True),
 }
 
 

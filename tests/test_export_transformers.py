@@ -164,6 +164,19 @@ def test_a_post_norm_model_with_or_without_tied_embeddings_is_marian(
     assert type(model).__name__ == "MarianMTModel" and (mine - theirs)[real].abs().max().item() < 1e-4
 
 
+def test_a_gelu_model_is_marian_with_exact_gelu_and_the_same_logits(
+    trained_ckpt: Path, tmp_path: Path
+) -> None:
+    ckpt = _checkpoint(tmp_path, trained_ckpt, activation="gelu")
+    out = export_to_transformers(ckpt, tmp_path / "out")
+    assert json.loads((out / "config.json").read_text())["activation_function"] == "gelu"  # erf, not tanh
+    model = transformers.AutoModelForSeq2SeqLM.from_pretrained(out).eval()
+    translator = Translator.from_checkpoint(ckpt, "cpu", dtype="float32")
+    mine, theirs, real = teacher_forced_logits(model, translator, SOURCES[:16])
+    assert type(model).__name__ == "MarianMTModel" and (mine - theirs)[real].abs().max().item() < 1e-4
+    assert "feed-forward 64 (GELU)" in (out / "README.md").read_text(encoding="utf-8")
+
+
 def test_a_pre_norm_model_is_pegasus_with_the_same_logits(trained_ckpt: Path, tmp_path: Path) -> None:
     ckpt = _checkpoint(tmp_path, trained_ckpt, norm_first=True)
     out = export_to_transformers(ckpt, tmp_path / "out")
@@ -179,6 +192,10 @@ def test_a_pre_norm_model_is_pegasus_with_the_same_logits(trained_ckpt: Path, tm
     [
         ({"learned_positions": True}, "learned positions"),
         ({"norm_first": True, "tie_embeddings": False}, "untied embeddings in a pre-norm model"),
+        (
+            {"activation": "swiglu", "d_ff": 43},
+            "model.activation=swiglu (Marian and Pegasus have no gated FFN",
+        ),
     ],
 )
 def test_what_no_class_expresses_exactly_stops_in_one_line_and_writes_nothing(

@@ -23,6 +23,7 @@ from seq2seq.inference.translator import Translator
 log = logging.getLogger(__name__)
 
 LANGUAGES = {"en": "English", "es": "Spanish"}
+ACTIVATION_NAMES = {"relu": "ReLU", "gelu": "GELU", "swiglu": "SwiGLU"}  # model.activation, as written
 TATOEBA = (
     "English-Spanish sentence pairs of the [Tatoeba Project](https://tatoeba.org), as packaged by "
     "[manythings.org/anki](http://www.manythings.org/anki/), released under "
@@ -72,6 +73,7 @@ def model_card(loaded: LoadedModel, checkpoint: Path, class_name: str) -> str:
     src, tgt = (LANGUAGES.get(code, code) for code in (data.source_lang, data.target_lang))
     parameters = sum(p.numel() for p in loaded.model.parameters())
     norm = "pre-norm" if cfg.norm_first else "post-norm (as in the paper)"
+    activation = ACTIVATION_NAMES[cfg.activation]
     data_line = TATOEBA if Path(data.path).name == "spa.txt.gz" else f"`{data.path}` (not the bundled corpus)"
     return "\n".join(
         [
@@ -98,7 +100,7 @@ def model_card(loaded: LoadedModel, checkpoint: Path, class_name: str) -> str:
             "",
             f"Encoder-decoder Transformer, {parameters / 1e6:.2f} M parameters: d_model {cfg.d_model}, "
             f"{cfg.n_encoder_layers} encoder and {cfg.n_decoder_layers} decoder layers, {cfg.n_heads} "
-            f"heads, feed-forward {cfg.d_ff} (ReLU), {norm}, sinusoidal positions up to "
+            f"heads, feed-forward {cfg.d_ff} ({activation}), {norm}, sinusoidal positions up to "
             f"{cfg.max_positions}, a shared byte-level BPE vocabulary of {loaded.tokenizer.tgt_vocab_size} "
             f"tokens{', tied embeddings' if cfg.tie_embeddings else ''}.",
             "",

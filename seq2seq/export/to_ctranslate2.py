@@ -10,6 +10,8 @@ this project can train:
   before all cosines, ours interleave them. Learned positions go the same way.
 - Embeddings are scaled by √d_model in both. The LayerNorm epsilon is ours (CTranslate2 has its own
   default). Tied embeddings are written three times; CTranslate2 stores one copy.
+- The FFN activation is ReLU, exact GELU or SwiGLU; SwiGLU is CTranslate2's gated FFN with SiLU
+  (swish), our gate_proj its activated linear_0, our up_proj its linear_0_noact.
 - Sources carry EOS but no BOS and the decoder starts from BOS, as here: the specials keep their ids.
 
 Every weight of the model must land in the spec; one that does not (a layer this exporter does not
@@ -30,6 +32,11 @@ from seq2seq.export.bundle import ExportError, check_output_dir, save_bundle, st
 from seq2seq.model import Transformer
 
 QUANTIZATIONS = ("int8", "int8_float32", "float32", "float16", "bfloat16")  # weight types on export
+CT2_ACTIVATIONS = {  # model.activation -> CTranslate2's; GELU is the exact (erf) one in both
+    "relu": common_spec.Activation.RELU,
+    "gelu": common_spec.Activation.GELU,
+    "swiglu": common_spec.Activation.SWISH,  # with ffn_glu: SiLU(gate) * up
+}
 
 
 class _Weights:
@@ -72,8 +79,14 @@ def _attention(spec: attention_spec.MultiHeadAttentionSpec, w: _Weights, name: s
 
 
 def _feed_forward(spec: transformer_spec.FeedForwardSpec, w: _Weights, name: str, norm: str) -> None:
-    _linear(spec.linear_0, w, f"{name}.net.0")  # net = Linear, ReLU, Dropout, Linear
-    _linear(spec.linear_1, w, f"{name}.net.3")
+    """CTranslate2 applies the activation to linear_0 and, in a GLU, multiplies by linear_0_noact."""
+    if hasattr(spec, "linear_0_noact"):  # SwiGLU: gate_proj, up_proj, down_proj
+        _linear(spec.linear_0, w, f"{name}.gate_proj")
+        _linear(spec.linear_0_noact, w, f"{name}.up_proj")
+        _linear(spec.linear_1, w, f"{name}.down_proj")
+    else:  # net = Linear, ReLU or GELU, Dropout, Linear
+        _linear(spec.linear_0, w, f"{name}.net.0")
+        _linear(spec.linear_1, w, f"{name}.net.3")
     _norm(spec.layer_norm, w, norm)
 
 
@@ -109,7 +122,8 @@ def build_spec(model: Transformer, tokenizer: TranslationTokenizer) -> transform
         (cfg.n_encoder_layers, cfg.n_decoder_layers),
         cfg.n_heads,
         pre_norm=cfg.norm_first,  # pre-norm adds the final encoder/decoder LayerNorm, as ours does
-        activation=common_spec.Activation.RELU,
+        activation=CT2_ACTIVATIONS[cfg.activation],
+        ffn_glu=cfg.activation == "swiglu",
     )
     config = spec.config
     config.layer_norm_epsilon = _layer_norm_eps(model)

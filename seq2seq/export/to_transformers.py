@@ -5,7 +5,8 @@
 Post-norm models (the paper's layout) become ``MarianMTModel``; pre-norm models become
 ``PegasusForConditionalGeneration``, which is pre-norm with a final layer norm on each side. Both
 scale embeddings by √d_model, add a sinusoidal table from position 0, and put biases where ours
-are, so each weight has one place. One difference is a relabelling: their sinusoidal table holds
+are, so each weight has one place; their FFN computes our ReLU or exact GELU, but has no gated
+form, so a SwiGLU model is refused. One difference is a relabelling: their sinusoidal table holds
 all sines in the first half of the features and all cosines in the second, ours interleaves them.
 Permuting the d_model features of every weight that reads or writes the residual stream
 (:func:`residual_permutation`) gives the same function: layer norms, residual additions and
@@ -29,6 +30,7 @@ from seq2seq.model import Transformer
 from seq2seq.model.transformer import sinusoidal_table
 
 ENGINE = "transformers"
+HF_ACTIVATIONS = ("relu", "gelu")  # the model.activation values Marian and Pegasus compute ("gelu": erf)
 
 
 def residual_permutation(d_model: int) -> Tensor:
@@ -45,6 +47,11 @@ def unsupported(cfg: ModelConfig, tokenizer: TranslationTokenizer) -> list[str]:
         missing.append("separate source and target vocabularies (AutoTokenizer loads one tokenizer.json)")
     if cfg.norm_first and not cfg.tie_embeddings:
         missing.append("untied embeddings in a pre-norm model (Pegasus has one shared embedding table)")
+    if cfg.activation not in HF_ACTIVATIONS:
+        missing.append(
+            f"the gated feed-forward of model.activation={cfg.activation} (Marian and Pegasus have no "
+            f"gated FFN, only {' or '.join(HF_ACTIVATIONS)})"
+        )
     return missing
 
 
@@ -63,7 +70,7 @@ def hf_config(cfg: ModelConfig, vocab_size: int):  # -> MarianConfig | PegasusCo
         "encoder_ffn_dim": cfg.d_ff,
         "decoder_ffn_dim": cfg.d_ff,
         "max_position_embeddings": cfg.max_positions,
-        "activation_function": "relu",
+        "activation_function": cfg.activation,
         "scale_embedding": True,
         "dropout": cfg.dropout,
         "attention_dropout": cfg.attention_dropout,
@@ -108,6 +115,7 @@ def hf_state_dict(model: Transformer) -> dict[str, Tensor]:
         linear(f"{name}.out_proj", attn.out_proj, reads=False, writes=True)
 
     def feed_forward(name: str, ffn) -> None:
+        # net = Linear, ReLU or GELU, Dropout, Linear
         linear(f"{name}.fc1", ffn.net[0], reads=True, writes=False)
         linear(f"{name}.fc2", ffn.net[3], reads=False, writes=True)
 
