@@ -8,15 +8,18 @@ validates), and test BLEU and decode seconds with beam 5 and greedy on ``best.ck
 so the figures do not hang on the CPU's bf16). A run's figures are kept in its directory
 (``result.json``), so the default is trained once per budget and seed, however many levers are
 compared with it. The decode speed-up it prints times both best checkpoints again, interleaved in
-this process, as the runs' own seconds may come from hours of different load.
+this process, as the runs' own seconds may come from hours of different load. With ``--parallel
+2`` a step budget's runs train two at a time on half the cores each (more runs per hour on a small
+machine); every run is evaluated alone once all have trained.
 
-    python bench/levers.py --lever half_batch --steps 962 [--seeds 42 43] [--out runs/levers]
+    python bench/levers.py --lever half_batch [pre_norm ...] --steps 962 [--seeds 42 43] [--parallel 2]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -57,6 +60,12 @@ LEVERS = {
     "depth_4_2": Lever(("model.n_encoder_layers=4", "model.n_decoder_layers=2")),
     "depth_5_1": Lever(("model.n_encoder_layers=5", "model.n_decoder_layers=1")),
     "depth_6_1": Lever(("model.n_encoder_layers=6", "model.n_decoder_layers=1")),
+    # a deep post-norm stack did not train at this LR and warm-up (issue #27); pre-norm keeps it stable
+    "depth_6_1_pre_norm_lr_2e-3": Lever(
+        ("model.n_encoder_layers=6", "model.n_decoder_layers=1", "model.norm_first=true", "optim.lr=2e-3")
+    ),
+    "gelu": Lever(("model.activation=gelu",)),
+    "swiglu": Lever(("model.activation=swiglu", "model.d_ff=683")),  # as many FFN parameters as ReLU's 1024
     "raw_weights": Lever(("optim.ema_decay=0",)),
     "pre_norm": Lever(("model.norm_first=true",)),
     "no_label_smoothing": Lever(("optim.label_smoothing=0",)),
@@ -120,24 +129,55 @@ def beam5_speedup(default_dir: Path, variant_dir: Path, repeats: int = 2) -> flo
     return default / variant
 
 
-def run_lever(name: str, seed: int, budget: Budget, extra: list[str], out: Path) -> dict:
-    """Train (unless this run's figures are already in ``out``) and evaluate one run."""
-    run_dir = out / f"{name}-seed{seed}"
-    record = run_dir / "result.json"
-    if record.is_file():
-        return json.loads(record.read_text())
+def run_overrides(name: str, seed: int, budget: Budget, extra: list[str], run_dir: Path) -> list[str]:
     lever = LEVERS[name]
-    overrides = [
+    return [
         *lever.overrides,
         *budget_overrides(lever, *budget),
         *extra,
         f"seed={seed}",
         f"hydra.run.dir={run_dir}",
     ]
-    subprocess.run([sys.executable, "train.py", *overrides], cwd=ROOT, check=True)
-    result = {"lever": name, "seed": seed, "overrides": overrides, **evaluate(run_dir)}
-    record.write_text(json.dumps(result, indent=1))
-    return result
+
+
+def trained(run_dir: Path) -> bool:
+    return (run_dir / "trained.json").is_file() or (run_dir / "result.json").is_file()
+
+
+def train_runs(runs: dict[Path, list[str]], parallel: int) -> None:
+    """Train the runs ``parallel`` at a time, each on its share of the cores; a finished run writes
+    ``trained.json``, so a run that was stopped is trained again from the start, a trained one never.
+
+    Two 1-thread trainings on 2 cores get through 1.33x the steps of one 2-thread training (README);
+    their tokens/s then stand for a shared machine, and the table says so.
+    """
+    pending = [(run_dir, overrides) for run_dir, overrides in runs.items() if not trained(run_dir)]
+    env = dict(os.environ)
+    if parallel > 1:
+        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or parallel) // parallel))
+    for start in range(0, len(pending), parallel):
+        group = pending[start : start + parallel]
+        jobs = [
+            subprocess.Popen([sys.executable, "train.py", *overrides], cwd=ROOT, env=env)
+            for _, overrides in group
+        ]
+        for (run_dir, overrides), job in zip(group, jobs, strict=True):
+            if job.wait() != 0:
+                raise SystemExit(
+                    f"training {run_dir.name} failed (exit {job.returncode}): see {run_dir}/train.log"
+                )
+            (run_dir / "trained.json").write_text(
+                json.dumps({"overrides": overrides, "parallel": len(group)})
+            )
+
+
+def result_of(name: str, seed: int, run_dir: Path) -> dict:
+    """The run's figures, evaluated once (alone, after every training has finished) and kept."""
+    record = run_dir / "result.json"
+    if not record.is_file():
+        trained = json.loads((run_dir / "trained.json").read_text())
+        record.write_text(json.dumps({"lever": name, "seed": seed, **trained, **evaluate(run_dir)}, indent=1))
+    return json.loads(record.read_text())
 
 
 COLUMNS = ("lever", "budget", "seed", "steps", "tokens/s", "val BLEU (greedy)",
@@ -147,10 +187,11 @@ TABLE_HEADER = "| " + " | ".join(COLUMNS) + " |\n" + "|---" * len(COLUMNS) + "|"
 
 def row(result: dict, budget_name: str) -> str:
     """One line of the README's study table."""
-    tokens = result["tokens_per_s"]
+    tokens, parallel = result["tokens_per_s"], result.get("parallel", 1)
+    speed = "-" if tokens is None else f"{tokens:,.0f}" + (f" ({parallel} at once)" if parallel > 1 else "")
     cells = [
-        result["lever"], budget_name, result["seed"], f"{result['steps']:,}",
-        "-" if tokens is None else f"{tokens:,.0f}", f"{result['val_bleu']:.2f}",
+        result["lever"], budget_name, result["seed"], f"{result['steps']:,}", speed,
+        f"{result['val_bleu']:.2f}",
         f"{result['test_bleu_beam5']:.2f}", f"{result['decode_s_beam5']:.1f}",
         f"{result['test_bleu_greedy']:.2f}", f"{result['decode_s_greedy']:.1f}",
     ]  # fmt: skip
@@ -159,33 +200,49 @@ def row(result: dict, budget_name: str) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--lever", choices=sorted(LEVERS), required=True)
+    parser.add_argument(
+        "--lever", choices=sorted(LEVERS), nargs="+", required=True, help="each next to the default"
+    )
     budget = parser.add_mutually_exclusive_group(required=True)
     budget.add_argument("--steps", type=int, help="a fixed number of optimizer steps (962: the slow class)")
     budget.add_argument("--minutes", type=int, help="wall clock, as python train.py runs")
     parser.add_argument("--seeds", type=int, nargs="+", default=[42])
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "levers")
     parser.add_argument("--experiment", help="instead of the default experiment (the tests: tiny)")
+    parser.add_argument(
+        "--parallel", type=int, default=1, help="train this many runs at once, each on its share of the cores"
+    )
     args = parser.parse_args()
     print(describe())
     extra = [f"experiment={args.experiment}"] if args.experiment else []
     budget = (args.steps, args.minutes)
     budget_name = f"{args.steps}steps" if args.steps is not None else f"{args.minutes}min"
     out = args.out / f"{args.experiment or 'spa_en_cpu'}-{budget_name}"
-    results = {
-        (lever, seed): run_lever(lever, seed, budget, extra, out)
+    if args.parallel > 1 and args.minutes is not None:
+        parser.error("--parallel shares the cores: a wall-clock budget would no longer be the user's")
+    dirs = {
+        (lever, seed): out / f"{lever}-seed{seed}"
         for seed in args.seeds
-        for lever in ("default", args.lever)
+        for lever in ("default", *args.lever)
     }
+    train_runs(
+        {
+            run_dir: run_overrides(lever, seed, budget, extra, run_dir)
+            for (lever, seed), run_dir in dirs.items()
+        },
+        args.parallel,
+    )
+    results = {(lever, seed): result_of(lever, seed, run_dir) for (lever, seed), run_dir in dirs.items()}
     print(TABLE_HEADER)
     for result in results.values():
         print(row(result, budget_name))
-    variant = [results[args.lever, seed] for seed in args.seeds]
-    default = [results["default", seed] for seed in args.seeds]
-    gains = [v["test_bleu_beam5"] - d["test_bleu_beam5"] for v, d in zip(variant, default, strict=True)]
-    speed = beam5_speedup(out / f"default-seed{args.seeds[0]}", out / f"{args.lever}-seed{args.seeds[0]}")
-    print(f"RATIO lever_{args.lever}_test_bleu_gain {statistics.mean(gains):.3f} target 2")
-    print(f"RATIO lever_{args.lever}_beam5_decode_speedup {speed:.3f} target 1.5")
+    for lever in args.lever:
+        variant = [results[lever, seed] for seed in args.seeds]
+        default = [results["default", seed] for seed in args.seeds]
+        gains = [v["test_bleu_beam5"] - d["test_bleu_beam5"] for v, d in zip(variant, default, strict=True)]
+        speed = beam5_speedup(out / f"default-seed{args.seeds[0]}", out / f"{lever}-seed{args.seeds[0]}")
+        print(f"RATIO lever_{lever}_test_bleu_gain {statistics.mean(gains):.3f} target 2")
+        print(f"RATIO lever_{lever}_beam5_decode_speedup {speed:.3f} target 1.5")
 
 
 if __name__ == "__main__":
