@@ -4,13 +4,14 @@ Each run is ``train.py`` as a user starts it, plus the lever's overrides and the
 number of steps (``--steps 962``: the slow machine class, insensitive to a busy machine; a lever
 that changes the batch gets as many training tokens) or wall clock (``--minutes 30``). For every
 run it reports steps, median training tokens/s, the best validation BLEU (greedy, as training
-validates), and test BLEU and decode seconds with beam 5 and greedy on ``best.ckpt`` (float32,
-so the figures do not hang on the CPU's bf16). A run's figures are kept in its directory
+validates), and test BLEU and decode seconds with beam 5 and greedy on ``best.ckpt`` (float32, so
+the figures do not hang on the CPU's bf16). A run's figures are kept in its directory
 (``result.json``), so the default is trained once per budget and seed, however many levers are
-compared with it. The decode speed-up it prints times both best checkpoints again, interleaved in
-this process, as the runs' own seconds may come from hours of different load. With ``--parallel
-2`` a step budget's runs train two at a time on half the cores each (more runs per hour on a small
-machine); every run is evaluated alone once all have trained.
+compared with it; once a default changes, give the next study its own ``--out``. The decode speed-
+up it prints times both best checkpoints again, interleaved in this process, as the runs' own
+seconds may come from hours of different load. With ``--parallel 2`` a step budget's runs train two
+at a time on half the cores each (more runs per hour on a small machine); every run is evaluated
+alone once all have trained.
 
     python bench/levers.py --lever half_batch [pre_norm ...] --steps 962 [--seeds 42 43] [--parallel 2]
 """
@@ -67,7 +68,8 @@ LEVERS = {
     "gelu": Lever(("model.activation=gelu",)),
     "swiglu": Lever(("model.activation=swiglu", "model.d_ff=683")),  # as many FFN parameters as ReLU's 1024
     "raw_weights": Lever(("optim.ema_decay=0",)),
-    "pre_norm": Lever(("model.norm_first=true",)),
+    "pre_norm": Lever(("model.norm_first=true",)),  # the default of spa_en_cpu since this study
+    "post_norm": Lever(("model.norm_first=false",)),  # the default before it
     "no_label_smoothing": Lever(("optim.label_smoothing=0",)),
     "label_smoothing_0.2": Lever(("optim.label_smoothing=0.2",)),
 }
