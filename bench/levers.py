@@ -7,8 +7,8 @@ run it reports steps, median training tokens/s, the best validation BLEU (greedy
 validates), and test BLEU and decode seconds with beam 5 and greedy on ``best.ckpt`` (float32, so
 the figures do not hang on the CPU's bf16). A run's figures are kept in its directory
 (``result.json``), so the default is trained once per budget and seed, however many levers are
-compared with it; once a default changes, give the next study its own ``--out``. The decode speed-
-up it prints times both best checkpoints again, interleaved in this process, as the runs' own
+compared with it; once a default changes, give the next study its own ``--out``. The decode
+speed-up it prints times both best checkpoints again, interleaved in this process, as the runs' own
 seconds may come from hours of different load. With ``--parallel 2`` a step budget's runs train two
 at a time on half the cores each (more runs per hour on a small machine); every run is evaluated
 alone once all have trained.
