@@ -10,12 +10,16 @@
     token-budget batches). Random weights never end a sentence early: at the default limit (1.5·src+10)
     that is the worst case, at a limit of src+1 it approximates a trained model's output lengths.
     ``--ckpt`` times a trained model (exported on the fly) on its held-out test split.
+(d) With ``--ckpt NEW --baseline-ckpt OLD``: two trained models end to end, e.g. the previous
+    default run's against the new default's (issue #27): beam 5 and greedy over NEW's test split
+    in float32, both models interleaved, with each one's seconds and BLEU.
 
 Repetitions are interleaved and medians reported. Ends with ``RATIO <name> <value> target <t>``.
 Run it on an otherwise idle machine: like ``translate.py``, it keeps OpenMP's default wait policy,
 whose spinning threads stall badly when another process takes their core.
 
     python bench/decode.py [--size small] [--reps 3] [--ckpt model.ckpt] [--dtype bf16]
+    python bench/decode.py --ckpt new.ckpt --baseline-ckpt old.ckpt [--models-only]
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from seq2seq.decoding import generate, greedy_search  # noqa: E402
 from seq2seq.export.to_ctranslate2 import export_model  # noqa: E402
 from seq2seq.hardware import AUTO, describe, resolve_dtype  # noqa: E402
 from seq2seq.inference.ct2_translator import CT2Translator  # noqa: E402
+from seq2seq.inference.evaluation import score  # noqa: E402
 from seq2seq.inference.translator import Translator, TranslatorBase  # noqa: E402
 from seq2seq.model import Transformer  # noqa: E402
 
@@ -52,6 +57,16 @@ CORPUS = ROOT / "data" / "spa-eng" / "spa.txt.gz"
 VOCAB = {"tiny": 2000, "small": 8000}  # model size (configs/model/<size>.yaml) -> vocabulary size
 LENGTHS = (16, 32, 64, 128)
 QUANTIZATIONS = ("float32", "int8")  # CTranslate2 exports timed against ours and Marian
+TARGETS = {  # RATIO name (or its prefix) -> target
+    "decode_cached_speedup": 4,
+    "decode_per_token_growth": 1.5,
+    "decode_tokens_per_s_vs_marian": 1.5,
+    "ct2_int8_vs_marian": 4,
+    "model_vs_baseline_beam5_speedup": 1.5,  # issue #27: the new default decodes 1.5x faster
+    "model_vs_baseline_greedy_speedup": 1.5,
+    "model_vs_baseline_beam5_bleu_gain": 0,  # ... at equal or better BLEU
+    "model_vs_baseline_greedy_bleu_gain": 0,
+}
 
 
 def model_config(name: str) -> ModelConfig:
@@ -219,6 +234,36 @@ def bench_corpus(
     return {"worst_case": worst, "reference_lengths": typical}
 
 
+def bench_models(baseline_ckpt: str, ckpt: str, reps: int) -> dict[str, float]:
+    """(d): the baseline's seconds over the model's (beam 5, greedy) and the model's BLEU gain, on
+    the model's test split in float32; repetitions interleaved, medians."""
+    translators = {
+        name: Translator.from_checkpoint(path, device="cpu", dtype="float32")
+        for name, path in (("baseline", baseline_ckpt), ("model", ckpt))
+    }
+    sources, references = corpus.references(corpus.load_splits(load_model(ckpt).data_config)[0]["test"])
+    ratios = {}
+    for search, beam in (("beam5", 5), ("greedy", 1)):
+        seconds: dict[str, list[float]] = {name: [] for name in translators}
+        bleu = {}
+        for _ in range(reps):
+            for name, translator in translators.items():
+                start = time.perf_counter()
+                outputs = [
+                    best.text for best, *_ in translator.translate(sources, translator.settings(beam=beam))
+                ]
+                seconds[name].append(time.perf_counter() - start)
+                bleu[name] = score(outputs, references)["bleu"]
+        median = {name: statistics.median(times) for name, times in seconds.items()}
+        print(
+            f"(d) {search}, {len(sources)} test sentences: "
+            + ", ".join(f"{name} {median[name]:.2f}s BLEU {bleu[name]:.2f}" for name in translators)
+        )
+        ratios[f"model_vs_baseline_{search}_speedup"] = median["baseline"] / median["model"]
+        ratios[f"model_vs_baseline_{search}_bleu_gain"] = bleu["model"] - bleu["baseline"]
+    return ratios
+
+
 def export_engines(loaded: LoadedModel, directory: Path, threads: int) -> dict[str, TranslatorBase]:
     """The model exported to CTranslate2 in each of QUANTIZATIONS, loaded on the CPU."""
     engines: dict[str, TranslatorBase] = {}
@@ -241,28 +286,8 @@ def seconds_lines(label: str, times: dict[str, float]) -> list[str]:
     return lines
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--size", choices=sorted(VOCAB), default="small")
-    parser.add_argument("--reps", type=int, default=3, help="timed repetitions per measurement")
-    parser.add_argument("--batch", type=int, default=64, help="sentences per batch in (a) and (b)")
-    parser.add_argument("--marian-len", type=int, default=32, help="forced output length in (b)")
-    parser.add_argument("--sentences", type=int, default=2000, help="sentences in (c)")
-    parser.add_argument("--ckpt", help="trained checkpoint for (c) instead of random weights")
-    parser.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's choice)")
-    parser.add_argument(
-        "--dtype",
-        choices=["fp32", "bf16", "auto"],
-        default="fp32",
-        help="weights of both decoders; auto = what translate.py --dtype auto picks here",
-    )
-    args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-
-    print(describe())
+def bench_random_and_trained(args: argparse.Namespace) -> dict[str, float]:
+    """(a), (b) and (c); returns their ratios. ``--dtype auto`` is resolved into ``args.dtype``."""
     torch.manual_seed(0)
     cfg, vocab = replace(model_config(args.size), dropout=0.0), VOCAB[args.size]
     distinct = list(dict.fromkeys(read_pairs(3 * args.sentences)[0]))  # the corpus is sorted by length:
@@ -302,16 +327,49 @@ def main() -> None:
         times = bench_corpus(translator, sources, bool(args.ckpt), label)
         print("\n".join(seconds_lines(label, times)))
 
-    targets = {
-        "decode_cached_speedup": 4,
-        "decode_per_token_growth": 1.5,
-        "decode_tokens_per_s_vs_marian": 1.5,
-        "ct2_int8_vs_marian": 4,
-    }
-    suffix = "" if args.dtype == "fp32" else f"_{args.dtype}"
-    for name, value in ratios.items():
-        target = next(t for prefix, t in targets.items() if name.startswith(prefix))
-        print(f"RATIO {name}{suffix} {value:.2f} target {target}")
+    return ratios
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--size", choices=sorted(VOCAB), default="small")
+    parser.add_argument("--reps", type=int, default=3, help="timed repetitions per measurement")
+    parser.add_argument("--batch", type=int, default=64, help="sentences per batch in (a) and (b)")
+    parser.add_argument("--marian-len", type=int, default=32, help="forced output length in (b)")
+    parser.add_argument("--sentences", type=int, default=2000, help="sentences in (c)")
+    parser.add_argument("--ckpt", help="trained checkpoint for (c) instead of random weights")
+    parser.add_argument(
+        "--baseline-ckpt",
+        help="with --ckpt: (d) this trained model against it, end to end (e.g. the old default)",
+    )
+    parser.add_argument("--models-only", action="store_true", help="(d) alone, without (a), (b) and (c)")
+    parser.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's choice)")
+    parser.add_argument(
+        "--dtype",
+        choices=["fp32", "bf16", "auto"],
+        default="fp32",
+        help="weights of both decoders; auto = what translate.py --dtype auto picks here",
+    )
+    args = parser.parse_args()
+    if args.baseline_ckpt and not args.ckpt:
+        parser.error("--baseline-ckpt compares with the model of --ckpt")
+    if args.models_only and not args.baseline_ckpt:
+        parser.error("--models-only runs (d), which needs --ckpt and --baseline-ckpt")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    print(describe())
+    if not args.models_only:
+        ratios = bench_random_and_trained(args)
+        suffix = "" if args.dtype == "fp32" else f"_{args.dtype}"
+        for name, value in ratios.items():
+            target = next(t for prefix, t in TARGETS.items() if name.startswith(prefix))
+            print(f"RATIO {name}{suffix} {value:.2f} target {target}")
+    if args.baseline_ckpt:  # float32 on both sides, whatever --dtype says
+        for name, value in bench_models(args.baseline_ckpt, args.ckpt, args.reps).items():
+            print(f"RATIO {name} {value:.2f} target {TARGETS[name]}")
 
 
 if __name__ == "__main__":

@@ -50,7 +50,8 @@ def unsupported(cfg: ModelConfig, tokenizer: TranslationTokenizer) -> list[str]:
     if cfg.activation not in HF_ACTIVATIONS:
         missing.append(
             f"the gated feed-forward of model.activation={cfg.activation} (Marian and Pegasus have no "
-            f"gated FFN, only {' or '.join(HF_ACTIVATIONS)})"
+            f"gated FFN, only {' or '.join(HF_ACTIVATIONS)}: train with model.activation=gelu "
+            "model.d_ff=1024 for this export)"
         )
     return missing
 
