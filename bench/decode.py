@@ -39,6 +39,9 @@ from omegaconf import OmegaConf
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from length_penalty import decode_split  # noqa: E402
 
 from seq2seq.checkpoint import LoadedModel, load_model  # noqa: E402
 from seq2seq.config import DataConfig, DecodeConfig, ModelConfig, validated  # noqa: E402
@@ -49,7 +52,6 @@ from seq2seq.decoding import generate, greedy_search  # noqa: E402
 from seq2seq.export.to_ctranslate2 import export_model  # noqa: E402
 from seq2seq.hardware import AUTO, describe, resolve_dtype  # noqa: E402
 from seq2seq.inference.ct2_translator import CT2Translator  # noqa: E402
-from seq2seq.inference.evaluation import score  # noqa: E402
 from seq2seq.inference.translator import Translator, TranslatorBase  # noqa: E402
 from seq2seq.model import Transformer  # noqa: E402
 
@@ -248,12 +250,11 @@ def bench_models(baseline_ckpt: str, ckpt: str, reps: int) -> dict[str, float]:
         bleu = {}
         for _ in range(reps):
             for name, translator in translators.items():
-                start = time.perf_counter()
-                outputs = [
-                    best.text for best, *_ in translator.translate(sources, translator.settings(beam=beam))
-                ]
-                seconds[name].append(time.perf_counter() - start)
-                bleu[name] = score(outputs, references)["bleu"]
+                scored = decode_split(
+                    translator, sources, references, translator.decode_cfg.length_penalty, beam
+                )
+                seconds[name].append(scored.seconds)
+                bleu[name] = scored.bleu
         median = {name: statistics.median(times) for name, times in seconds.items()}
         print(
             f"(d) {search}, {len(sources)} test sentences: "
