@@ -61,10 +61,14 @@ def test_bad_values_in_other_groups(schema, group, overrides, message):
 
 
 def test_the_ffn_activation_is_a_model_override() -> None:
-    """What bench/levers.py passes for issue #27's activation levers; the shipped default stays ReLU."""
-    cfg = compose_train("model.activation=swiglu", "model.d_ff=683")
-    assert validated(ModelConfig, cfg.model, "model").activation == "swiglu"
-    assert validated(ModelConfig, compose_train().model, "model").activation == "relu"
+    """The default run trains pre-norm SwiGLU, 683 wide (issue #27); the override the README gives
+    for a transformers export brings GELU at 1,024 back, and the `small` model itself is ReLU."""
+    default = validated(ModelConfig, compose_train().model, "model")
+    assert (default.activation, default.d_ff, default.norm_first) == ("swiglu", 683, True)
+    gelu = validated(ModelConfig, compose_train("model.activation=gelu", "model.d_ff=1024").model, "model")
+    assert (gelu.activation, gelu.d_ff) == ("gelu", 1024)
+    small = validated(ModelConfig, compose_train("experiment=tiny", "model=small").model, "model")
+    assert (small.activation, small.d_ff) == ("relu", 1024)
 
 
 def test_unknown_key_is_rejected_at_compose_time():
