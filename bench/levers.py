@@ -154,23 +154,25 @@ def train_runs(runs: dict[Path, list[str]], parallel: int) -> None:
     their tokens/s then stand for a shared machine, and the table says so.
     """
     pending = [(run_dir, overrides) for run_dir, overrides in runs.items() if not trained(run_dir)]
-    env = dict(os.environ)
-    if parallel > 1:
-        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or parallel) // parallel))
     for start in range(0, len(pending), parallel):
         group = pending[start : start + parallel]
+        env = dict(os.environ)
+        if len(group) > 1:  # a run left alone keeps every core, as train.py would
+            env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or len(group)) // len(group)))
         jobs = [
             subprocess.Popen([sys.executable, "train.py", *overrides], cwd=ROOT, env=env)
             for _, overrides in group
         ]
-        for (run_dir, overrides), job in zip(group, jobs, strict=True):
-            if job.wait() != 0:
-                raise SystemExit(
-                    f"training {run_dir.name} failed (exit {job.returncode}): see {run_dir}/train.log"
+        failed = []
+        for (run_dir, overrides), job in zip(group, jobs, strict=True):  # every job ends before any error
+            if job.wait() == 0:
+                (run_dir / "trained.json").write_text(
+                    json.dumps({"overrides": overrides, "parallel": len(group)})
                 )
-            (run_dir / "trained.json").write_text(
-                json.dumps({"overrides": overrides, "parallel": len(group)})
-            )
+            else:
+                failed.append(f"{run_dir.name} (exit {job.returncode}; see {run_dir}/train.log)")
+        if failed:
+            raise SystemExit(f"training failed: {', '.join(failed)}")
 
 
 def result_of(name: str, seed: int, run_dir: Path) -> dict:
