@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from length_penalty import decode_split  # noqa: E402
+from length_penalty import decode_split, held_out_test  # noqa: E402
 
 from seq2seq.checkpoint import LoadedModel, load_model  # noqa: E402
 from seq2seq.config import DataConfig, DecodeConfig, ModelConfig, validated  # noqa: E402
@@ -243,7 +243,7 @@ def bench_models(baseline_ckpt: str, ckpt: str, reps: int) -> dict[str, float]:
         name: Translator.from_checkpoint(path, device="cpu", dtype="float32")
         for name, path in (("baseline", baseline_ckpt), ("model", ckpt))
     }
-    sources, references = corpus.references(corpus.load_splits(load_model(ckpt).data_config)[0]["test"])
+    sources, references = held_out_test(Path(ckpt))
     ratios = {}
     for search, beam in (("beam5", 5), ("greedy", 1)):
         seconds: dict[str, list[float]] = {name: [] for name in translators}

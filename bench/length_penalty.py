@@ -52,6 +52,12 @@ def decode_split(
     return Scored(alpha, scores["bleu"], scores["chrf"], seconds)
 
 
+def held_out_test(ckpt: Path) -> tuple[list[str], list[list[str]]]:
+    """Sources and references of the test split the checkpoint's data settings give."""
+    splits, _ = corpus.load_splits(load_model(ckpt).data_config)
+    return corpus.references(splits["test"])
+
+
 def study(ckpt: Path, beam: int, grid: tuple[float, ...] = GRID) -> tuple[list[Scored], Scored, Scored]:
     """Validation scores over ``grid``, then the test scores of the chosen alpha and of the checkpoint's."""
     translator = Translator.from_checkpoint(ckpt, device="cpu", dtype="float32")

@@ -33,10 +33,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from length_penalty import decode_split  # noqa: E402
+from length_penalty import decode_split, held_out_test  # noqa: E402
 
-from seq2seq.checkpoint import load_model, read_checkpoint  # noqa: E402
-from seq2seq.data import corpus  # noqa: E402
+from seq2seq.checkpoint import read_checkpoint  # noqa: E402
 from seq2seq.hardware import describe  # noqa: E402
 from seq2seq.inference.translator import Translator  # noqa: E402
 
@@ -89,12 +88,6 @@ def median_tokens_per_s(run_dir: Path) -> float | None:
     if "train/tokens_per_s" not in events.Tags()["scalars"]:
         return None
     return statistics.median(event.value for event in events.Scalars("train/tokens_per_s"))
-
-
-def held_out_test(ckpt: Path) -> tuple[list[str], list[list[str]]]:
-    """Sources and references of the test split the checkpoint's data settings give."""
-    splits, _ = corpus.load_splits(load_model(ckpt).data_config)
-    return corpus.references(splits["test"])
 
 
 def evaluate(run_dir: Path) -> dict:
@@ -179,8 +172,10 @@ def result_of(name: str, seed: int, run_dir: Path) -> dict:
     """The run's figures, evaluated once (alone, after every training has finished) and kept."""
     record = run_dir / "result.json"
     if not record.is_file():
-        trained = json.loads((run_dir / "trained.json").read_text())
-        record.write_text(json.dumps({"lever": name, "seed": seed, **trained, **evaluate(run_dir)}, indent=1))
+        training = json.loads((run_dir / "trained.json").read_text())
+        record.write_text(
+            json.dumps({"lever": name, "seed": seed, **training, **evaluate(run_dir)}, indent=1)
+        )
     return json.loads(record.read_text())
 
 
