@@ -1,4 +1,4 @@
-"""Train a translation model: ``python train.py [hydra overrides]``."""
+"""Train a translation model: ``python train.py [hydra overrides]`` (``--help`` lists them)."""
 
 import logging
 import os
@@ -15,11 +15,13 @@ import torch
 
 from seq2seq.checkpoint import CheckpointError
 from seq2seq.config import ConfigError, DataError
-from seq2seq.launch import launch_id, run_dir_conflict, with_rank_overrides
-from seq2seq.recipe import choose_recipe
+from seq2seq.training.launch import launch_id, run_dir_conflict, with_rank_overrides
 from seq2seq.training.module import NonFiniteLossError
-from seq2seq.training.run import discard_unstarted_run, train
+from seq2seq.training.overrides import check_command_line
+from seq2seq.training.recipe import choose_recipe
+from seq2seq.training.run import discard_unstarted_run, run_directory, train
 
+CONFIGS = Path(__file__).resolve().parent / "configs"
 RECIPE = "recipe: the experiment in configs/train.yaml"  # replaced by the hardware's choice below
 
 
@@ -30,7 +32,7 @@ def main(cfg: DictConfig) -> float | None:
     try:
         metrics = train(cfg)
     except (ConfigError, DataError) as err:  # found before training: nothing worth keeping
-        discard_unstarted_run(Path(cfg.output_dir))
+        discard_unstarted_run(run_directory(cfg))
         sys.exit(f"error: {err}")
     except (CheckpointError, NonFiniteLossError) as err:
         sys.exit(f"error: {err}")
@@ -41,10 +43,14 @@ def main(cfg: DictConfig) -> float | None:
 
 if __name__ == "__main__":
     argv, RECIPE = choose_recipe(
-        sys.argv[1:], torch.cuda.get_device_name() if torch.cuda.is_available() else None
+        sys.argv[1:], torch.cuda.get_device_name() if torch.cuda.is_available() else None, CONFIGS
     )
     if conflict := run_dir_conflict(argv, os.environ):
         sys.exit(f"error: {conflict}")
+    try:  # before Hydra creates the run directory, and in one line where Hydra would print several
+        check_command_line(argv, CONFIGS)
+    except ConfigError as err:
+        sys.exit(f"error: {err}")
     sys.argv[1:] = with_rank_overrides(argv, os.environ)  # torchrun/srun: rank > 0 writes no .hydra/
     # configs/train.yaml: runs/${launch_id:${now:...}}, the same directory for every process of a launch
     OmegaConf.register_new_resolver(

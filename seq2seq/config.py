@@ -1,15 +1,22 @@
-"""Typed schemas behind the Hydra YAML.
+"""Typed schemas of every config group, and the one owner of their defaults.
 
-Every group in ``configs/`` is validated against one of these dataclasses, so a
-typo or a bad value fails at compose time with the key's name instead of deep
-inside training. Derived values and cross-field checks live in ``__post_init__``.
+``configs/train.yaml`` composes onto :class:`RunConfig` (registered in Hydra's ConfigStore as
+``run_schema``), so every key below exists in the composed config with its default here, and a
+YAML file in ``configs/`` holds only the values in which its option differs from these defaults
+(tests/test_config.py fails on a YAML value that repeats one). A typo or a value of the wrong
+type fails at compose time with the key's name; range rules live in each group's
+``__post_init__``, and the rules across groups in :func:`validated_run`. The trainer group has
+no dataclass: its keys are ``pytorch_lightning.Trainer`` arguments, with the project's choices in
+``configs/trainer/default.yaml``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+import re
+from dataclasses import dataclass, field, fields, is_dataclass
+from typing import Any, get_type_hints
 
+from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
 
@@ -76,10 +83,6 @@ class ModelConfig:
             raise ConfigError(
                 f"model.activation must be one of {', '.join(ACTIVATIONS)}, got {self.activation!r}"
             )
-
-    @property
-    def head_dim(self) -> int:
-        return self.d_model // self.n_heads
 
 
 @dataclass
@@ -232,6 +235,28 @@ class LoggerConfig:
             raise ConfigError(f"logger.samples must be >= 0, got {self.samples}")
 
 
+@dataclass
+class RunConfig:
+    """Everything one training run is configured by: a group per field, then the run's own keys."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+    trainer: dict[str, Any] = field(default_factory=dict)  # pytorch_lightning.Trainer arguments
+    callbacks: CallbacksConfig = field(default_factory=CallbacksConfig)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    seed: int = 42  # seeds python, numpy, torch and the batch sampler
+    output_dir: str | None = None  # config, tokenizer, checkpoints, tensorboard/; None: Hydra's run dir
+    ckpt_path: str | None = None  # resume from this checkpoint (e.g. <run>/checkpoints/last.ckpt)
+    compile: bool = False  # torch.compile the model (GPU recommended)
+    skip_nonfinite: bool = False  # skip batches with NaN/inf loss instead of stopping
+
+
+ConfigStore.instance().store(name="run_schema", node=RunConfig)  # the first entry of train.yaml's defaults
+DURATION = re.compile(r"\d+:\d\d:\d\d:\d\d")  # Lightning's max_time string: DD:HH:MM:SS
+
+
 def validated(schema: type, cfg: DictConfig | dict[str, Any], key: str) -> Any:
     """Build ``schema`` from one config group, failing with the offending key's name."""
     try:
@@ -241,3 +266,31 @@ def validated(schema: type, cfg: DictConfig | dict[str, Any], key: str) -> Any:
         raise
     except Exception as err:  # OmegaConf raises several types; all mean "bad value/key"
         raise ConfigError(f"{key}: {err}".splitlines()[0]) from err
+
+
+def validated_run(cfg: DictConfig) -> RunConfig:
+    """The composed run config as schema objects, with every group's rules and the rules across
+    groups checked; a failure names the key in one line."""
+    hints = get_type_hints(RunConfig)
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    run = RunConfig(
+        **{
+            spec.name: validated(hints[spec.name], cfg[spec.name], spec.name)
+            if is_dataclass(hints[spec.name])
+            else plain[spec.name]
+            for spec in fields(RunConfig)
+        }
+    )
+    if run.decode.sampling:
+        raise ConfigError(
+            "decode.sampling=true would make val/bleu random; validation decodes deterministically "
+            "(sample at translate time: translate.py --sample)"
+        )
+    if run.data.max_length + 2 > run.model.max_positions:
+        raise ConfigError(
+            f"data.max_length ({run.data.max_length}) + 2 exceeds model.max_positions ({run.model.max_positions})"
+        )
+    max_time = run.trainer.get("max_time")
+    if isinstance(max_time, str) and not DURATION.fullmatch(max_time.strip()):
+        raise ConfigError(f"trainer.max_time must be DD:HH:MM:SS (00:01:00:00 is an hour), got {max_time!r}")
+    return run

@@ -5,17 +5,17 @@ import subprocess
 import sys
 from pathlib import Path
 
-from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
 from seq2seq.config import ModelConfig, validated
+from seq2seq.training.overrides import compose_run
 
 ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = ROOT / "configs"
 
 
 def compose_train(*overrides: str) -> DictConfig:
-    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
-        return compose("train", overrides=list(overrides))
+    return compose_run(CONFIGS, list(overrides))
 
 
 def tiny_run(run_dir: Path, cache_dir: Path, *overrides: str) -> DictConfig:
@@ -27,7 +27,7 @@ def tiny_run(run_dir: Path, cache_dir: Path, *overrides: str) -> DictConfig:
 
 def model_config(name: str) -> ModelConfig:
     """The sizes of ``configs/model/<name>.yaml``, validated like training validates them."""
-    return validated(ModelConfig, OmegaConf.load(ROOT / "configs" / "model" / f"{name}.yaml"), "model")
+    return validated(ModelConfig, OmegaConf.load(CONFIGS / "model" / f"{name}.yaml"), "model")
 
 
 def ddp_training(

@@ -14,7 +14,7 @@ import pytest
 import torch
 from compose import ROOT
 
-from seq2seq.launch import launch_id, run_dir_conflict, with_rank_overrides
+from seq2seq.training.launch import launch_id, run_dir_conflict, with_rank_overrides
 
 TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
 DEFAULT_RUN_DIR = "runs/${launch_id:${now:%Y-%m-%d_%H-%M-%S}}"  # configs/train.yaml (quoted below: it nests)
@@ -81,7 +81,7 @@ def test_rank_zero_keeps_hydra_files_and_others_get_their_own_log():
     assert with_rank_overrides(argv, {}) == argv
     ours = ["hydra.output_subdir=null", "hydra.job.name=train_rank3"]
     assert with_rank_overrides(argv, {"RANK": "3", "SLURM_PROCID": "1"}) == ["--cfg", "job", *ours, *argv[2:]]
-    assert with_rank_overrides(["--multirun"], {"SLURM_PROCID": "3"}) == ["--multirun", *ours]
+    assert with_rank_overrides(["--multirun"], {"SLURM_PROCID": "3"}) == [*ours, "--multirun"]
 
 
 def test_torchrun_without_a_shared_id_needs_an_explicit_run_dir():

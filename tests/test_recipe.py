@@ -1,40 +1,167 @@
-"""``python train.py`` picks the experiment from the hardware unless one is named, and the GPU
-recipe's schedule and validation cadence are what Lightning will run (checked on a CPU)."""
+"""``train.py``'s command line: the experiment it adds from the hardware (and where Hydra accepts
+it, whatever flags stand where), one line for a bad override, ``--help``, and the GPU recipe's
+schedule and validation cadence as Lightning will run them (checked on a CPU)."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import pytorch_lightning as pl
 import torch
-from compose import ROOT, compose_train
+from compose import CONFIGS, ROOT, compose_train
 from omegaconf import OmegaConf
 
-from seq2seq.config import OptimConfig, validated
-from seq2seq.recipe import choose_recipe
+from seq2seq.config import ConfigError, OptimConfig, validated
+from seq2seq.training.overrides import check_command_line, hydra_args
+from seq2seq.training.recipe import choose_recipe
+
+CPU_SETS = (
+    "model=small, trainer=default, data.max_tokens=2500, optim.lr=0.0015, optim.warmup_steps=200, "
+    "optim.ema_decay=0.995, optim.schedule=wsd, optim.dropout_min_epochs=10, "
+    "trainer.max_time=00:00:30:00, trainer.val_check_interval=0.5"
+)
 
 
-def test_no_gpu_gets_the_cpu_recipe() -> None:
-    argv, line = choose_recipe(["trainer.max_time=00:00:01:00"], gpu=None)
-    assert argv == ["trainer.max_time=00:00:01:00", "experiment=spa_en_cpu"]
-    assert line == "recipe: spa_en_cpu (no CUDA GPU); experiment=spa_en_gpu needs one"
+def train_py(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "train.py", *argv], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+
+
+def test_no_gpu_gets_the_cpu_recipe_and_the_line_says_what_it_set() -> None:
+    argv, line = choose_recipe(["trainer.max_time=00:00:01:00"], None, CONFIGS)
+    assert argv == ["experiment=spa_en_cpu", "trainer.max_time=00:00:01:00"]  # the user's value wins
+    assert line == f"recipe: added experiment=spa_en_cpu (no CUDA GPU; experiment=spa_en_gpu needs one): {CPU_SETS}"
 
 
 def test_a_gpu_gets_the_gpu_recipe_and_is_told_how_to_choose_the_other() -> None:
-    argv, line = choose_recipe(["--multirun", "seed=1,2"], gpu="NVIDIA H100 80GB HBM3")
-    assert argv == ["--multirun", "seed=1,2", "experiment=spa_en_gpu"]
-    assert (
-        line
-        == "recipe: spa_en_gpu (CUDA GPU: NVIDIA H100 80GB HBM3); experiment=spa_en_cpu trains the CPU recipe"
+    argv, line = choose_recipe(["--multirun", "seed=1,2"], "NVIDIA H100 80GB HBM3", CONFIGS)
+    assert argv == ["--multirun", "experiment=spa_en_gpu", "seed=1,2"]
+    assert line.startswith(
+        "recipe: added experiment=spa_en_gpu (CUDA GPU: NVIDIA H100 80GB HBM3; experiment=spa_en_cpu "
+        "trains the CPU recipe): model=base, trainer=gpu, data.max_tokens=16384,"
     )
 
 
 @pytest.mark.parametrize("named", ["experiment=tiny", "+experiment=tiny", "experiment=spa_en_cpu"])
-def test_a_named_experiment_always_wins(named) -> None:
+def test_a_named_experiment_always_wins(named: str) -> None:
     for gpu in (None, "NVIDIA H100 80GB HBM3"):
-        assert choose_recipe([named], gpu)[0] == [named]
+        assert choose_recipe(["--cfg", "job", named], gpu, CONFIGS)[0] == ["--cfg", "job", named]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["model=base", "--cfg", "job"],
+        ["--cfg", "job", "model=base"],
+        ["-c", "job", "model=base", "seed=1"],
+        ["--info"],
+        ["--info", "defaults", "model=base"],
+        ["model=base", "--info", "defaults"],
+        ["-m", "optim.lr=1e-3,2e-3", "seed=1,2"],
+        ["--help"],
+        [],
+    ],
+)
+def test_the_recipe_goes_where_hydra_takes_it_whatever_flags_stand_where(argv: list[str]) -> None:
+    """Hydra parses the arguments with the recipe added as it parses them without it, plus the recipe."""
+    before = vars(hydra_args(argv))
+    after = vars(hydra_args(choose_recipe(argv, None, CONFIGS)[0]))
+    assert after == {**before, "overrides": ["experiment=spa_en_cpu", *before["overrides"]]}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("argv", [["model=base", "--cfg", "job"], ["--cfg", "job", "model=base"]])
+def test_train_py_prints_the_base_model_whichever_side_the_flags_are(argv: list[str]) -> None:
+    result = train_py(*argv)
+    assert result.returncode == 0, result.stderr
+    model = OmegaConf.create(result.stdout).model
+    assert (model.d_model, model.activation, model.d_ff, model.norm_first) == (512, "relu", 2048, False)
+    budget = "00:00:15:00" if torch.cuda.is_available() else "00:00:30:00"  # spa_en_gpu or spa_en_cpu
+    assert OmegaConf.create(result.stdout).trainer.max_time == budget
+
+
+@pytest.mark.parametrize(
+    ("override", "line"),
+    [
+        ("model.d_modle=128", "model.d_modle is not a config key; did you mean model.d_model?"),
+        ("trainer.max_epoch=3", "trainer.max_epoch is not a config key; did you mean trainer.max_epochs?"),
+        ("model.zzz=1", "model.zzz is not a config key; model has activation, attention_dropout, d_ff,"),
+        (
+            "trainer.gradient_clip_algorithm=norm",
+            "trainer.gradient_clip_algorithm is a Lightning Trainer argument that configs/trainer/ does not "
+            "set: add it with +trainer.gradient_clip_algorithm=...",
+        ),
+        ("model.d_model=abc", "model.d_model=abc: Value 'abc' of type 'str' could not be converted to Integer"),
+        ("compile=maybe", "compile=maybe: Value 'maybe' is not a valid bool"),
+        ("model.dropout=1.5", "model.dropout must be in [0, 1), got 1.5"),
+        ("trainer.max_time=01:00:00", "trainer.max_time must be DD:HH:MM:SS"),
+        (
+            "model=bsae",
+            "model=bsae is not an option (did you mean base?); model is one of base, small, small_postnorm, tiny",
+        ),
+        ("decode=bem", "decode=bem is not an option (did you mean beam?); decode is one of beam, greedy"),
+    ],
+)
+def test_a_bad_override_gets_one_line_naming_the_key(override: str, line: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        check_command_line(["experiment=tiny", override], CONFIGS)
+    assert str(err.value).startswith(line)
+    assert "\n" not in str(err.value)
+
+
+def test_every_value_of_a_sweep_is_checked() -> None:
+    check_command_line(["-m", "experiment=tiny", "optim.lr=1e-3,2e-3", "model=tiny,small"], CONFIGS)
+    with pytest.raises(ConfigError, match=r"^optim\.lr must be > 0, got -0\.001$"):
+        check_command_line(["-m", "experiment=tiny", "optim.lr=1e-3,-1e-3", "model=tiny,small"], CONFIGS)
+    with pytest.raises(ConfigError, match="model=smal is not an option"):
+        check_command_line(["-m", "experiment=tiny", "optim.lr=1e-3,2e-3", "model=tiny,smal"], CONFIGS)
+
+
+def test_printing_the_config_checks_keys_but_not_the_rules() -> None:
+    """``--cfg job`` shows a config that would not train, and still refuses an unknown key."""
+    check_command_line(["--cfg", "job", "experiment=tiny", "decode.sampling=true"], CONFIGS)
+    with pytest.raises(ConfigError, match="did you mean decode.sampling"):
+        check_command_line(["--cfg", "job", "experiment=tiny", "decode.samplin=true"], CONFIGS)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("override", "first_line"),
+    [
+        ("model.d_modle=128", "error: model.d_modle is not a config key; did you mean model.d_model?"),
+        ("model.d_model=abc", "error: model.d_model=abc: Value 'abc' of type 'str' could not be converted"),
+        ("model.dropout=1.5", "error: model.dropout must be in [0, 1), got 1.5"),
+        ("model=bsae", "error: model=bsae is not an option (did you mean base?); model is one of base,"),
+    ],
+)
+def test_train_py_says_what_is_wrong_in_its_first_line_and_leaves_no_run_directory(
+    tmp_path: Path, override: str, first_line: str
+) -> None:
+    result = train_py(override, f"hydra.run.dir={tmp_path / 'run'}")
+    assert result.returncode != 0
+    assert result.stderr.splitlines()[0].startswith(first_line), result.stderr
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+def test_help_lists_the_groups_their_options_the_experiments_and_five_keys() -> None:
+    result = train_py("--help")
+    assert result.returncode == 0, result.stderr
+    text = result.stdout
+    for group in sorted(path for path in CONFIGS.iterdir() if path.is_dir() and path.name != "hydra"):
+        assert re.search(rf"^{group.name} +\S", text, re.MULTILINE), f"no line on the group {group.name}"
+        options = ", ".join(sorted(option.stem for option in group.glob("*.yaml")))
+        assert f"{group.name}: {options}" in text
+    for experiment in sorted((CONFIGS / "experiment").glob("*.yaml")):
+        assert re.search(rf"^{experiment.stem} +\S", text, re.MULTILINE), f"no line on {experiment.stem}"
+    keys = re.findall(r"^(\S+=\S+) ", text.split("== Five keys to change first ==")[1], re.MULTILINE)
+    assert len(keys) == 5
+    compose_train(*keys)  # each works as shown
 
 
 def test_the_gpu_recipe_decays_with_its_time_budget_and_validates_on_the_clock() -> None:
@@ -44,12 +171,3 @@ def test_the_gpu_recipe_decays_with_its_time_budget_and_validates_on_the_clock()
     assert cfg.trainer.max_time == "00:00:15:00"
     trainer = pl.Trainer(**OmegaConf.to_container(cfg.trainer), logger=False, enable_checkpointing=False)
     assert trainer._val_check_time_interval == 90.0  # seconds between validations, not epochs
-
-
-def test_train_py_without_an_experiment_composes_the_hardware_recipe() -> None:
-    result = subprocess.run(
-        [sys.executable, "train.py", "--cfg", "job"], cwd=ROOT, capture_output=True, text=True, timeout=120
-    )
-    assert result.returncode == 0, result.stderr
-    budget = "00:00:15:00" if torch.cuda.is_available() else "00:00:30:00"  # spa_en_gpu or spa_en_cpu
-    assert f"max_time: {budget}" in result.stdout

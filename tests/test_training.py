@@ -105,7 +105,7 @@ def test_resume_continues_the_step_count(tmp_path):
 
 @pytest.mark.parametrize(
     ("override", "message"),
-    [("model.d_model=33", r"model\.d_model"), ("+decode.sampling=true", r"decode\.sampling=true would make")],
+    [("model.d_model=33", r"model\.d_model"), ("decode.sampling=true", r"decode\.sampling=true would make")],
 )
 def test_invalid_override_fails_before_training(tmp_path, override, message):
     with pytest.raises(ConfigError, match=message):

@@ -15,21 +15,13 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint, RichProgressBar
 from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.utilities import rank_zero_only
 
-from seq2seq.config import (
-    CallbacksConfig,
-    ConfigError,
-    DataConfig,
-    DecodeConfig,
-    LoggerConfig,
-    ModelConfig,
-    OptimConfig,
-    validated,
-)
+from seq2seq.config import CallbacksConfig, ConfigError, LoggerConfig, ModelConfig, OptimConfig, validated_run
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.data.resume import BatchOrder
 from seq2seq.hardware import describe, resolve_precision
@@ -61,6 +53,11 @@ def check_output_dir(path: Path) -> None:
         raise ConfigError(
             f"output_dir {path} has only {free / 2**20:.0f} MiB free; need {MIN_FREE_BYTES // 2**20}"
         )
+
+
+def run_directory(cfg: DictConfig) -> Path:
+    """Where the run writes: ``output_dir``, or else the directory Hydra made for this run."""
+    return Path(cfg.output_dir or HydraConfig.get().runtime.output_dir)
 
 
 def discard_unstarted_run(run_dir: Path) -> None:
@@ -145,25 +142,12 @@ def build_trainer(
 
 def train(cfg: DictConfig) -> dict[str, float]:
     """Train as configured; returns the final logged metrics."""
-    model_cfg = validated(ModelConfig, cfg.model, "model")
-    data_cfg = validated(DataConfig, cfg.data, "data")
-    optim_cfg = validated(OptimConfig, cfg.optim, "optim")
-    decode_cfg = validated(DecodeConfig, cfg.decode, "decode")
-    callbacks_cfg = validated(CallbacksConfig, cfg.callbacks, "callbacks")
-    logger_cfg = validated(LoggerConfig, cfg.logger, "logger")
-    if decode_cfg.sampling:
-        raise ConfigError(
-            "decode.sampling=true would make val/bleu random; validation decodes deterministically "
-            "(sample at translate time: translate.py --sample)"
-        )
-    if data_cfg.max_length + 2 > model_cfg.max_positions:
-        raise ConfigError(
-            f"data.max_length ({data_cfg.max_length}) + 2 exceeds "
-            f"model.max_positions ({model_cfg.max_positions})"
-        )
+    run_dir = run_directory(cfg)
+    cfg.output_dir = str(run_dir)  # config.yaml says where the run went
+    run = validated_run(cfg)
+    model_cfg, data_cfg, optim_cfg, decode_cfg = run.model, run.data, run.optim, run.decode
     if cfg.ckpt_path is not None and not Path(cfg.ckpt_path).is_file():
         raise ConfigError(f"ckpt_path: no checkpoint at {cfg.ckpt_path}")
-    run_dir = Path(cfg.output_dir)
     check_output_dir(run_dir)
     header = settle_precision(cfg, model_cfg)
     if rank_zero_only.rank == 0:  # every rank of a torchrun or SLURM launch runs this; one writes
@@ -193,6 +177,6 @@ def train(cfg: DictConfig) -> dict[str, float]:
     log.info("model: %.2fM parameters; run directory: %s", n_params / 1e6, run_dir)
     if cfg.compile:
         module.model.compile()  # in place, so checkpoint keys stay unchanged
-    trainer = build_trainer(cfg, callbacks_cfg, logger_cfg, optim_cfg, run_dir)
+    trainer = build_trainer(cfg, run.callbacks, run.logger, optim_cfg, run_dir)
     trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.ckpt_path)
     return {name: float(value) for name, value in trainer.callback_metrics.items()}

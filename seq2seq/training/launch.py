@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from seq2seq.training.overrides import insert_overrides
+
 UNSET_RUN_ID = "none"  # torchrun's TORCHELASTIC_RUN_ID when its rendezvous got no --rdzv-id
 
 
@@ -38,14 +40,13 @@ def launched_rank(env: Mapping[str, str]) -> int:
 def with_rank_overrides(argv: list[str], env: Mapping[str, str]) -> list[str]:
     """``argv`` plus, for a process of rank > 0, no ``.hydra/`` of its own and a log file of its own.
 
-    They go just before the first override: Hydra wants its overrides in one run of arguments
-    (after ``--cfg job`` would not parse), and where one is given twice the later one wins.
+    They go where :func:`~seq2seq.training.overrides.insert_overrides` puts them, so an explicit
+    ``hydra.job.name=...`` of the user's still wins.
     """
     rank = launched_rank(env)
     if rank == 0:
         return argv
-    first = next((i for i, arg in enumerate(argv) if "=" in arg and not arg.startswith("-")), len(argv))
-    return [*argv[:first], "hydra.output_subdir=null", f"hydra.job.name=train_rank{rank}", *argv[first:]]
+    return insert_overrides(argv, ["hydra.output_subdir=null", f"hydra.job.name=train_rank{rank}"])
 
 
 def run_dir_conflict(argv: list[str], env: Mapping[str, str]) -> str | None:
