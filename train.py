@@ -17,7 +17,7 @@ from seq2seq.checkpoint import CheckpointError
 from seq2seq.config import ConfigError, DataError
 from seq2seq.training.launch import launch_id, run_dir_conflict, with_rank_overrides
 from seq2seq.training.module import NonFiniteLossError
-from seq2seq.training.overrides import check_command_line
+from seq2seq.training.overrides import check_overrides
 from seq2seq.training.recipe import choose_recipe
 from seq2seq.training.run import discard_unstarted_run, run_directory, train
 
@@ -48,7 +48,7 @@ if __name__ == "__main__":
     if conflict := run_dir_conflict(argv, os.environ):
         sys.exit(f"error: {conflict}")
     try:  # before Hydra creates the run directory, and in one line where Hydra would print several
-        check_command_line(argv, CONFIGS)
+        check_overrides(argv, CONFIGS)
     except ConfigError as err:
         sys.exit(f"error: {err}")
     sys.argv[1:] = with_rank_overrides(argv, os.environ)  # torchrun/srun: rank > 0 writes no .hydra/

@@ -27,8 +27,8 @@ attention, 12 · d_model · (queries · keys) per layer and attention kind (forw
 
 Ends with ``RATIO <name> <value> target <t>`` lines.
 
-    python bench/train_step.py [--sizes small base] [--dtype fp32|bf16|auto] [--contention] [--compile]
-                               [--device cpu|cuda]
+    python bench/train_step.py [--sizes small_postnorm base] [--dtype fp32|bf16|auto] [--contention]
+                               [--compile] [--device cpu|cuda]
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ from seq2seq.training.loss import label_smoothed_loss  # noqa: E402
 from seq2seq.training.module import adamw  # noqa: E402
 
 VOCAB = 8000
-SIZES = ("small", "base")  # configs/model/<size>.yaml
+SIZES = ("small_postnorm", "base")  # configs/model/<size>.yaml: post-norm ReLU, as nn.Transformer
 
 
 class TorchTransformer(nn.Module):
@@ -346,7 +346,7 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--sizes", nargs="+", choices=sorted(SIZES), default=["small", "base"])
+    parser.add_argument("--sizes", nargs="+", choices=sorted(SIZES), default=list(SIZES))
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where both models train")
     parser.add_argument(
         "--dtype",

@@ -288,7 +288,8 @@ def validated_run(cfg: DictConfig) -> RunConfig:
         )
     if run.data.max_length + 2 > run.model.max_positions:
         raise ConfigError(
-            f"data.max_length ({run.data.max_length}) + 2 exceeds model.max_positions ({run.model.max_positions})"
+            f"data.max_length ({run.data.max_length}) + 2 exceeds "
+            f"model.max_positions ({run.model.max_positions})"
         )
     max_time = run.trainer.get("max_time")
     if isinstance(max_time, str) and not DURATION.fullmatch(max_time.strip()):

@@ -50,7 +50,9 @@ def test_no_trainer_option_repeats_the_trainer_default() -> None:
     defaults = flat(OmegaConf.load(CONFIGS / "trainer" / "default.yaml"))
     for path in sorted((CONFIGS / "trainer").glob("*.yaml")):
         if path.stem != "default":
-            repeated = {key for key, value in flat(OmegaConf.load(path)).items() if defaults.get(key) == value}
+            repeated = {
+                key for key, value in flat(OmegaConf.load(path)).items() if defaults.get(key) == value
+            }
             assert not repeated, f"{path.name} repeats trainer/default.yaml's {sorted(repeated)}"
 
 
@@ -66,7 +68,11 @@ def test_an_experiment_sets_only_what_changes_and_no_key_of_the_model_or_corpus(
     stated = flat(raw)
     assert not [key for key in stated if key.startswith("model.")]
     assert {key.split(".")[1] for key in stated if key.startswith("data.")} <= RUN_LEVEL_DATA_KEYS
-    picks = [f"{group.removeprefix('override /')}={option}" for entry in raw.defaults for group, option in entry.items()]
+    picks = [
+        f"{group.removeprefix('override /')}={option}"
+        for entry in raw.defaults
+        for group, option in entry.items()
+    ]
     without = flat(compose_train("~experiment", *picks))
     assert not {key for key, value in stated.items() if without[key] == value}
 
@@ -91,7 +97,9 @@ def test_a_model_choice_trains_what_its_file_says_under_every_experiment(experim
 def test_the_models_the_project_trains() -> None:
     """small: the CPU recipe's pre-norm SwiGLU at 683 (issue #27); small_postnorm: the ReLU model
     before it; the README's override for a transformers export gives GELU at 1,024."""
-    small, postnorm = (validated_run(compose_train(f"model={name}")).model for name in ("small", "small_postnorm"))
+    small, postnorm = (
+        validated_run(compose_train(f"model={name}")).model for name in ("small", "small_postnorm")
+    )
     assert (small.activation, small.d_ff, small.norm_first) == ("swiglu", 683, True)
     assert (postnorm.activation, postnorm.d_ff, postnorm.norm_first) == ("relu", 1024, False)
     assert replace(small, activation="relu", d_ff=1024, norm_first=False) == postnorm
@@ -99,7 +107,9 @@ def test_the_models_the_project_trains() -> None:
     assert (gelu.activation, gelu.d_ff, gelu.norm_first) == ("gelu", 1024, True)
 
 
-@pytest.mark.parametrize(("experiment", "gpu"), [("spa_en_cpu", None), ("spa_en_gpu", "NVIDIA H100"), ("tiny", None)])
+@pytest.mark.parametrize(
+    ("experiment", "gpu"), [("spa_en_cpu", None), ("spa_en_gpu", "NVIDIA H100"), ("tiny", None)]
+)
 def test_each_experiment_resolves_to_what_it_trained_before_the_schemas_owned_the_defaults(
     experiment: str, gpu: str | None
 ) -> None:

@@ -16,7 +16,7 @@ from compose import CONFIGS, ROOT, compose_train
 from omegaconf import OmegaConf
 
 from seq2seq.config import ConfigError, OptimConfig, validated
-from seq2seq.training.overrides import check_command_line, hydra_args
+from seq2seq.training.overrides import check_overrides, hydra_args
 from seq2seq.training.recipe import choose_recipe
 
 CPU_SETS = (
@@ -35,7 +35,10 @@ def train_py(*argv: str) -> subprocess.CompletedProcess:
 def test_no_gpu_gets_the_cpu_recipe_and_the_line_says_what_it_set() -> None:
     argv, line = choose_recipe(["trainer.max_time=00:00:01:00"], None, CONFIGS)
     assert argv == ["experiment=spa_en_cpu", "trainer.max_time=00:00:01:00"]  # the user's value wins
-    assert line == f"recipe: added experiment=spa_en_cpu (no CUDA GPU; experiment=spa_en_gpu needs one): {CPU_SETS}"
+    assert (
+        line
+        == f"recipe: added experiment=spa_en_cpu (no CUDA GPU; experiment=spa_en_gpu needs one): {CPU_SETS}"
+    )
 
 
 def test_a_gpu_gets_the_gpu_recipe_and_is_told_how_to_choose_the_other() -> None:
@@ -96,37 +99,41 @@ def test_train_py_prints_the_base_model_whichever_side_the_flags_are(argv: list[
             "trainer.gradient_clip_algorithm is a Lightning Trainer argument that configs/trainer/ does not "
             "set: add it with +trainer.gradient_clip_algorithm=...",
         ),
-        ("model.d_model=abc", "model.d_model=abc: Value 'abc' of type 'str' could not be converted to Integer"),
+        (
+            "model.d_model=abc",
+            "model.d_model=abc: Value 'abc' of type 'str' could not be converted to Integer",
+        ),
         ("compile=maybe", "compile=maybe: Value 'maybe' is not a valid bool"),
         ("model.dropout=1.5", "model.dropout must be in [0, 1), got 1.5"),
         ("trainer.max_time=01:00:00", "trainer.max_time must be DD:HH:MM:SS"),
         (
             "model=bsae",
-            "model=bsae is not an option (did you mean base?); model is one of base, small, small_postnorm, tiny",
+            "model=bsae is not an option (did you mean base?); "
+            "model is one of base, small, small_postnorm, tiny",
         ),
         ("decode=bem", "decode=bem is not an option (did you mean beam?); decode is one of beam, greedy"),
     ],
 )
 def test_a_bad_override_gets_one_line_naming_the_key(override: str, line: str) -> None:
     with pytest.raises(ConfigError) as err:
-        check_command_line(["experiment=tiny", override], CONFIGS)
+        check_overrides(["experiment=tiny", override], CONFIGS)
     assert str(err.value).startswith(line)
     assert "\n" not in str(err.value)
 
 
 def test_every_value_of_a_sweep_is_checked() -> None:
-    check_command_line(["-m", "experiment=tiny", "optim.lr=1e-3,2e-3", "model=tiny,small"], CONFIGS)
+    check_overrides(["-m", "experiment=tiny", "optim.lr=1e-3,2e-3", "model=tiny,small"], CONFIGS)
     with pytest.raises(ConfigError, match=r"^optim\.lr must be > 0, got -0\.001$"):
-        check_command_line(["-m", "experiment=tiny", "optim.lr=1e-3,-1e-3", "model=tiny,small"], CONFIGS)
+        check_overrides(["-m", "experiment=tiny", "optim.lr=1e-3,-1e-3", "model=tiny,small"], CONFIGS)
     with pytest.raises(ConfigError, match="model=smal is not an option"):
-        check_command_line(["-m", "experiment=tiny", "optim.lr=1e-3,2e-3", "model=tiny,smal"], CONFIGS)
+        check_overrides(["-m", "experiment=tiny", "optim.lr=1e-3,2e-3", "model=tiny,smal"], CONFIGS)
 
 
 def test_printing_the_config_checks_keys_but_not_the_rules() -> None:
     """``--cfg job`` shows a config that would not train, and still refuses an unknown key."""
-    check_command_line(["--cfg", "job", "experiment=tiny", "decode.sampling=true"], CONFIGS)
-    with pytest.raises(ConfigError, match="did you mean decode.sampling"):
-        check_command_line(["--cfg", "job", "experiment=tiny", "decode.samplin=true"], CONFIGS)
+    check_overrides(["--cfg", "job", "experiment=tiny", "decode.sampling=true"], CONFIGS)
+    with pytest.raises(ConfigError, match=r"did you mean decode\.sampling"):
+        check_overrides(["--cfg", "job", "experiment=tiny", "decode.samplin=true"], CONFIGS)
 
 
 @pytest.mark.slow

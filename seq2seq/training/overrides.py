@@ -3,7 +3,7 @@ for a bad one.
 
 Hydra reports a misspelt key, a value of the wrong type or an unknown group option in several
 lines that end in its ``HYDRA_FULL_ERROR`` hint, and a value out of range only once training has
-started. :func:`check_command_line` composes the config as Hydra will (every job of a sweep once
+started. :func:`check_overrides` composes the config as Hydra will (every job of a sweep once
 per value) and turns each of these into one line that names the key and the allowed values or
 the nearest key; what it cannot explain it leaves to Hydra.
 """
@@ -58,7 +58,9 @@ def job_overrides(overrides: list[str], multirun: bool) -> list[list[str]]:
     if not multirun:
         return [overrides]
     parsed = [
-        o for o in OverridesParser.create().parse_overrides(overrides) if o.value_type != ValueType.INTERVAL_SWEEP
+        o
+        for o in OverridesParser.create().parse_overrides(overrides)
+        if o.value_type != ValueType.INTERVAL_SWEEP
     ]
     values = [
         [f"{o.get_key_element()}={value}" for value in o.sweep_string_iterator()]
@@ -110,12 +112,14 @@ def explain(err: HydraException, config_dir: Path, overrides: list[str]) -> str 
     if isinstance(cause, (ConfigAttributeError, ConfigKeyError)) and cause.full_key:
         return unknown_key(cause.full_key, config_dir, overrides)
     if isinstance(cause, ValidationError) and cause.full_key:
-        given = next((o for o in overrides if o.lstrip("+~").split("=", 1)[0] == cause.full_key), cause.full_key)
+        given = next(
+            (o for o in overrides if o.lstrip("+~").split("=", 1)[0] == cause.full_key), cause.full_key
+        )
         return f"{given}: {str(cause.msg).splitlines()[0]}"
     return None
 
 
-def check_command_line(argv: list[str], config_dir: Path) -> None:
+def check_overrides(argv: list[str], config_dir: Path) -> None:
     """Raise :class:`ConfigError` with one line if the overrides of ``argv`` name an unknown key or
     option, a value of the wrong type, or (for a training run, not ``--cfg``/``--info``) a value
     that breaks a rule of ``seq2seq/config.py``. Silent where Hydra's own message is the answer."""
@@ -137,4 +141,3 @@ def check_command_line(argv: list[str], config_dir: Path) -> None:
             return
         if training:
             validated_run(cfg)
-

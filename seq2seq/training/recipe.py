@@ -35,7 +35,9 @@ def what_it_sets(config_dir: Path, experiment: str) -> str:
     """``configs/experiment/<experiment>.yaml`` in one line: the options it picks, then its keys."""
     cfg = OmegaConf.load(config_dir / "experiment" / f"{experiment}.yaml")
     picks = [
-        f"{group.removeprefix('override /')}={option}" for entry in cfg.pop("defaults", []) for group, option in entry.items()
+        f"{group.removeprefix('override /')}={option}"
+        for entry in cfg.pop("defaults", [])
+        for group, option in entry.items()
     ]
     return ", ".join(picks + settings(cfg))
 

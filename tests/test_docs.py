@@ -1,0 +1,220 @@
+"""The documentation's commands work as written.
+
+Every shell command in README.md and docs/*.md, in a fenced block or an inline code span. A
+``train.py`` command (also after ``torchrun ...`` or ``srun``), and an override shown on its own
+(`` `optim.lr=1e-3` ``), has its config composed as ``train.py`` composes it, the hardware's recipe
+included, every job of a sweep; a training run must also pass the rules of ``seq2seq/config.py``,
+unless its paragraph shows the error it gets (`` `error: ...` ``), which must then be that error.
+A ``translate.py``, ``serve.py`` or ``python -m seq2seq.export`` command in a fenced block is parsed
+by that command's own parser; one in prose, often a fragment (``translate.py --eval``), and a
+``bench/*.py`` command may use only the flags its parser has (``--help`` for the bench scripts,
+which build their parsers in ``main``). Placeholders such as ``<run>``, ``N`` or ``$SLURM_NNODES``
+stand for any value; ``[overrides]`` and ``...`` for nothing.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import cache
+
+import pytest
+from compose import CONFIGS, ROOT
+from hydra.errors import HydraException
+
+from seq2seq.command_line import UsageError
+from seq2seq.config import ConfigError, RunConfig, validated_run
+from seq2seq.export.__main__ import build_parser as export_parser
+from seq2seq.inference.cli import build_parser as translate_parser
+from seq2seq.serving.cli import build_parser as serve_parser
+from seq2seq.training.overrides import compose_run, explain, hydra_args, job_overrides
+from seq2seq.training.recipe import choose_recipe
+
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+SHELL_BLOCKS = {"", "bash", "sh", "shell", "console"}
+FENCE = re.compile(r"^```(\S*)\s*$")
+INLINE = re.compile(r"`([^`]+)`")
+PLACEHOLDER = re.compile(r"<[^<>]*>|\$\{?\w+\}?|…")  # <run>, <machine 0>, $SLURM_NNODES
+CONFIG_HEADS = {*RunConfig.__dataclass_fields__, "experiment", "hparams_search", "hydra"}
+ENTRY_POINTS = ("train.py", "translate.py", "serve.py")
+OVERRIDE = re.compile(r"\+{0,2}(\w+)(\.\w+)*=\S+")
+PARSERS: dict[str, Callable] = {
+    "translate.py": translate_parser,
+    "serve.py": serve_parser,
+    "-m seq2seq.export": export_parser,
+}
+
+
+@dataclass(frozen=True)
+class Command:
+    page: str
+    line: int
+    program: str  # "train.py", "translate.py", "serve.py", "-m seq2seq.export" or "bench/<name>.py"
+    args: tuple[str, ...]
+    fenced: bool  # a whole command in a shell block, not a fragment in prose
+    shown_errors: tuple[str, ...]  # the `error: ...` lines the command's paragraph shows
+
+    def flags(self) -> set[str]:
+        return {arg.strip("[]").split("=", 1)[0] for arg in self.args if arg.strip("[]").startswith("-")}
+
+    def __str__(self) -> str:
+        return f"{self.page}:{self.line}: {self.program} {' '.join(self.args)}"
+
+
+def shell_lines(text: str) -> Iterator[tuple[int, str, bool, str]]:
+    """(line number, text, fenced, paragraph) of each line of a fenced shell block, continuations
+    joined, and of each inline code span elsewhere, with the paragraph it stands in."""
+    lines = text.splitlines()
+    fence: str | None = None
+    pending, start = "", 0
+    for number, line in enumerate(lines, 1):
+        if match := FENCE.match(line):
+            fence = match.group(1) if fence is None else None
+        elif fence is None:
+            paragraph = paragraph_of(lines, number - 1)
+            yield from ((number, span, False, paragraph) for span in INLINE.findall(line))
+        elif fence in SHELL_BLOCKS:
+            pending, start = (f"{pending} {line}", start) if pending else (line, number)
+            if pending.endswith("\\"):
+                pending = pending[:-1]
+                continue
+            yield start, pending.removeprefix("$ "), True, ""
+            pending = ""
+
+
+def paragraph_of(lines: list[str], index: int) -> str:
+    """The run of non-blank lines around ``lines[index]``."""
+    first, last = index, index
+    while first > 0 and lines[first - 1].strip() and not FENCE.match(lines[first - 1]):
+        first -= 1
+    while last + 1 < len(lines) and lines[last + 1].strip() and not FENCE.match(lines[last + 1]):
+        last += 1
+    return " ".join(lines[first : last + 1])
+
+
+def segments(line: str) -> Iterator[list[str]]:
+    """The simple commands of a shell line, split at ``&&``, ``|`` and ``;``, without redirections."""
+    lexer = shlex.shlex(PLACEHOLDER.sub("x", line), posix=True, punctuation_chars=True)
+    lexer.whitespace_split, lexer.commenters = True, "#"
+    try:
+        tokens = list(lexer)
+    except ValueError:  # unbalanced quotes: prose, not a command
+        return
+    words: list[str] = []
+    redirect = False
+    for token in [*tokens, ";"]:
+        if token in ("&&", "||", "|", ";", "&"):
+            yield words
+            words = []
+        elif token in (">", ">>", "<", "2>", "&>"):
+            redirect = True
+        elif redirect:
+            redirect = False
+        elif token not in ("...", "[overrides]"):
+            words.append(token)
+
+
+def is_override(word: str) -> bool:
+    """Whether ``word`` is a ``key=value`` override of the training config."""
+    return bool(OVERRIDE.fullmatch(word)) and word.lstrip("+").split(".")[0] in CONFIG_HEADS
+
+
+def command(words: list[str], fenced: bool) -> tuple[str, list[str]] | None:
+    """(program, its arguments) of a command this test knows, or None."""
+    if not fenced and words and all(is_override(word) for word in words):
+        return "train.py", words  # overrides shown on their own
+    while words and re.fullmatch(r"[A-Z_]+=\S*", words[0]):  # OMP_WAIT_POLICY=ACTIVE python ...
+        words = words[1:]
+    if words[:1] == ["srun"]:
+        words = words[1:]
+    if words[:1] == ["torchrun"]:
+        words = words[next((i for i, w in enumerate(words) if w.endswith("train.py")), len(words)) :]
+    elif words[:1] in (["python"], ["python3"]):
+        words = words[1:]
+    if words[:2] == ["-m", "seq2seq.export"]:
+        return "-m seq2seq.export", words[2:]
+    if words and (words[0] in ENTRY_POINTS or re.fullmatch(r"bench/\w+\.py", words[0])):
+        return words[0], words[1:]
+    return None
+
+
+def documented_commands() -> list[Command]:
+    """Each distinct command of the pages, where it first appears."""
+    found: dict[tuple, Command] = {}
+    for page in PAGES:
+        for number, line, fenced, paragraph in shell_lines(page.read_text()):
+            spans = INLINE.findall(paragraph)
+            shown = tuple(span.rstrip(" …") for span in spans if span.startswith("error: "))
+            for words in segments(line):
+                if known := command(words, fenced):
+                    key = (known[0], tuple(known[1]), fenced)
+                    found.setdefault(key, Command(page.name, number, *key, shown))
+    return list(found.values())
+
+
+def flags(help_text: str) -> set[str]:
+    """The options a parser's help lists."""
+    return set(re.findall(r"(?<![\w-])--?[a-zA-Z][\w-]*", help_text))
+
+
+COMMANDS = documented_commands()
+
+
+def test_the_pages_show_every_kind_of_command() -> None:
+    """The parsing above finds what it is for (so a change of format cannot leave nothing to check)."""
+    programs = {c.program for c in COMMANDS}
+    assert {"train.py", "translate.py", "serve.py", "-m seq2seq.export"} <= programs
+    assert any(p.startswith("bench/") for p in programs)
+    train = [c.args for c in COMMANDS if c.program == "train.py"]
+    assert ("trainer=ddp", "trainer.devices=N") in train  # a torchrun line, N kept as a value
+    assert ("model.n_heads=3",) in train  # an override in prose
+
+
+@pytest.mark.parametrize("cmd", [c for c in COMMANDS if c.program == "train.py"], ids=str)
+def test_a_documented_training_command_composes_as_train_py_would(cmd: Command) -> None:
+    argv, _ = choose_recipe(list(cmd.args), None, CONFIGS)
+    args = hydra_args(argv)
+    for overrides in job_overrides(args.overrides, args.multirun):
+        try:
+            cfg = compose_run(CONFIGS, overrides)
+            if args.cfg is None and args.info is None and not args.help:
+                validated_run(cfg)
+        except (ConfigError, HydraException) as err:  # fine only where the page shows this error
+            line = str(err) if isinstance(err, ConfigError) else explain(err, CONFIGS, overrides)
+            if line is None or not f"error: {line}".startswith(cmd.shown_errors or ("\0",)):
+                raise
+
+
+@pytest.mark.parametrize("cmd", [c for c in COMMANDS if c.program in PARSERS and c.fenced], ids=str)
+def test_a_documented_command_parses_with_its_own_parser(cmd: Command) -> None:
+    try:
+        PARSERS[cmd.program]().parse_args(list(cmd.args))
+    except UsageError as err:  # these parsers raise it where argparse would exit
+        pytest.fail(f"{cmd}: {err}")
+
+
+@pytest.mark.parametrize("cmd", [c for c in COMMANDS if c.program in PARSERS and not c.fenced], ids=str)
+def test_a_command_mentioned_in_prose_uses_only_its_flags(cmd: Command) -> None:
+    known = flags(PARSERS[cmd.program]().format_help())
+    assert cmd.flags() <= known, f"{cmd}: no such flag {sorted(cmd.flags() - known)}"
+
+
+@cache
+def bench_flags(script: str) -> set[str]:
+    """The options ``bench/<name>.py --help`` lists."""
+    result = subprocess.run(
+        [sys.executable, script, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr
+    return flags(result.stdout)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cmd", [c for c in COMMANDS if c.program.startswith("bench/")], ids=str)
+def test_a_documented_bench_command_uses_only_its_flags(cmd: Command) -> None:
+    known = bench_flags(cmd.program)
+    assert cmd.flags() <= known, f"{cmd}: no such flag {sorted(cmd.flags() - known)}"
