@@ -19,7 +19,7 @@ import shlex
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import cache
 
 import pytest
@@ -39,7 +39,7 @@ SHELL_BLOCKS = {"", "bash", "sh", "shell", "console"}
 FENCE = re.compile(r"^```(\S*)\s*$")
 INLINE = re.compile(r"`([^`]+)`")
 PLACEHOLDER = re.compile(r"<[^<>]*>|\$\{?\w+\}?|…")  # <run>, <machine 0>, $SLURM_NNODES
-CONFIG_HEADS = {*RunConfig.__dataclass_fields__, "experiment", "hparams_search", "hydra"}
+CONFIG_HEADS = {*(f.name for f in fields(RunConfig)), "experiment", "hparams_search", "hydra"}
 ENTRY_POINTS = ("train.py", "translate.py", "serve.py")
 OVERRIDE = re.compile(r"\+{0,2}(\w+)(\.\w+)*=\S+")
 PARSERS: dict[str, Callable] = {

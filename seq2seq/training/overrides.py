@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytorch_lightning as pl
 from hydra import compose, initialize_config_dir
-from hydra._internal.utils import get_args_parser
+from hydra._internal.utils import get_args_parser  # the parser @hydra.main uses (private; hydra-core 1.3)
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import ValueType
 from hydra.errors import HydraException, MissingConfigException
