@@ -31,10 +31,10 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from seq2seq.checkpoint import inference_state  # noqa: E402
+from seq2seq.checkpoint import entry  # noqa: E402
 from seq2seq.config import DataConfig, DecodeConfig, ModelConfig  # noqa: E402
-from seq2seq.data.tokenizer import PAD_ID, TranslationTokenizer  # noqa: E402
-from seq2seq.inference.translator import Translator  # noqa: E402
+from seq2seq.data.tokenizer import TranslationTokenizer  # noqa: E402
+from seq2seq.inference.backends import open_model  # noqa: E402
 from seq2seq.model import Transformer  # noqa: E402
 
 CORPUS = ROOT / "data" / "spa-eng" / "spa.txt.gz"
@@ -57,9 +57,9 @@ def random_checkpoint(directory: Path) -> Path:
     )
     cfg = ModelConfig(d_model=256, n_heads=4, n_encoder_layers=3, n_decoder_layers=3, d_ff=1024)
     torch.manual_seed(0)
-    model = Transformer(cfg, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, PAD_ID)
+    model = Transformer(cfg, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size)
     decode = DecodeConfig(max_len_a=1.0, max_len_b=1)
-    meta = inference_state(cfg, decode, DataConfig(), tokenizer)
+    meta = entry(cfg, decode, DataConfig(), tokenizer)
     state = {f"model.{name}": tensor for name, tensor in model.state_dict().items()}
     path = directory / "random-small.ckpt"
     torch.save({"state_dict": state, "seq2seq": meta}, path)
@@ -68,7 +68,7 @@ def random_checkpoint(directory: Path) -> Path:
 
 def sequential(ckpt: Path, sentences: list[str]) -> tuple[float, dict[str, str]]:
     """Sentences per second with one ``translate`` call per sentence, and the outputs."""
-    translator = Translator.from_checkpoint(ckpt, device="cpu")
+    translator = open_model(ckpt, device="cpu").translator
     outputs = {}
     start = time.perf_counter()
     for sentence in sentences:

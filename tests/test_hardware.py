@@ -28,6 +28,7 @@ from seq2seq.hardware import (
     resolve_precision,
     speedup_of,
 )
+from seq2seq.inference.backends import open_model
 from seq2seq.inference.cli import main as translate_main
 from seq2seq.inference.translator import Translator
 from seq2seq.training.module import TranslationModule
@@ -171,7 +172,7 @@ def test_the_tiny_experiment_trains_in_fp32_on_every_machine():
 def test_translate_auto_decodes_in_the_dtype_of_the_cpu_and_says_so(checkpoint, monkeypatch, capsys, cpu):
     fake_cpu(monkeypatch, cpu)
     expected = CPU_CLASSES[cpu][3]
-    assert Translator.from_checkpoint(checkpoint, device="cpu").dtype == expected
+    assert open_model(checkpoint, device="cpu").translator.dtype == expected
     assert translate_main(["--ckpt", str(checkpoint), "--device", "cpu", "--eval", "test"]) == 0
     compute = "PyTorch float32 (" if cpu == "no-bf16" else "PyTorch bfloat16 autocast ("
     assert f"compute = {compute}" in capsys.readouterr().out
@@ -227,7 +228,7 @@ def test_translator_runs_each_dtype_and_refuses_an_unknown_one(bf16_run, capsys)
         assert len(capsys.readouterr().out.splitlines()) == 2
     assert translate_main(["--ckpt", best, "--dtype", "fp8", "Hello."]) == 2
     assert "argument --dtype: invalid choice: 'fp8'" in capsys.readouterr().err
-    translator = Translator.from_checkpoint(best, device="cpu", dtype="bfloat16")
+    translator = open_model(best, device="cpu", dtype="bfloat16").translator
     assert translator.dtype == torch.bfloat16
 
 
