@@ -54,7 +54,7 @@ from seq2seq.export_folder import load_bundle  # noqa: E402
 from seq2seq.hardware import AUTO, describe, resolve_dtype  # noqa: E402
 from seq2seq.inference.backends import open_model  # noqa: E402
 from seq2seq.inference.ct2_translator import CT2Translator  # noqa: E402
-from seq2seq.inference.translator import Translator, TranslatorBase  # noqa: E402
+from seq2seq.inference.translator import DEFAULT_BATCH_TOKENS, Translator, TranslatorBase  # noqa: E402
 from seq2seq.model import Transformer  # noqa: E402
 
 CORPUS = ROOT / "data" / "spa-eng" / "spa.txt.gz"
@@ -272,7 +272,9 @@ def export_engines(loaded: LoadedModel, directory: Path, threads: int) -> dict[s
     engines: dict[str, TranslatorBase] = {}
     for quantization in QUANTIZATIONS:
         out = export_model(loaded, directory / quantization, quantization, source="bench/decode.py")
-        engines[f"ct2 {quantization}"] = CT2Translator(out, load_bundle(out), "cpu", threads=threads)
+        engines[f"ct2 {quantization}"] = CT2Translator(
+            out, load_bundle(out), "cpu", DEFAULT_BATCH_TOKENS, threads=threads
+        )
     return engines
 
 

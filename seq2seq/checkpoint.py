@@ -96,7 +96,7 @@ def save_atomically(checkpoint: dict[str, Any], path: str | Path) -> None:
 @dataclass(frozen=True)
 class ModelFacts:
     """What a model file says of its model, for a checkpoint and an export folder alike: the one
-    record that translate.py, serve.py, the exports and the benchmarks read."""
+    record that translate.py, serve.py and the benchmarks read (see ``open_model``)."""
 
     name: str  # the checkpoint file's or the export folder's
     engine: str  # what runs it: PYTORCH for a checkpoint, else the export's engine

@@ -27,6 +27,14 @@ class OneLineParser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
+def add_model_arguments(parser: argparse.ArgumentParser, model_help: str) -> None:
+    """``--ckpt PATH`` or ``--model DIR``, one of them required: what
+    :func:`seq2seq.inference.backends.open_model` opens."""
+    model = parser.add_mutually_exclusive_group(required=True)
+    model.add_argument("--ckpt", metavar="PATH", help="checkpoint written by train.py")
+    model.add_argument("--model", metavar="DIR", help=model_help)
+
+
 def run_command(prog: str, command: Callable[[], int], expected: tuple[type[Exception], ...]) -> int:
     """``command()``'s exit code, or the code of how it failed; nothing is raised but a bug.
 

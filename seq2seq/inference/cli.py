@@ -24,7 +24,7 @@ from typing import TextIO
 from tqdm import tqdm
 
 from seq2seq.checkpoint import CheckpointError
-from seq2seq.command_line import OneLineParser, UsageError, run_command
+from seq2seq.command_line import OneLineParser, UsageError, add_model_arguments, run_command
 from seq2seq.config import ConfigError, DataConfig, DataError, DecodeConfig
 from seq2seq.export_folder import ExportError
 from seq2seq.hardware import AUTO, INFERENCE_DTYPES, DeviceError
@@ -70,13 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "sentences", nargs="*", help="sentences to translate; without any, stdin is read line by line"
     )
-    model = parser.add_mutually_exclusive_group(required=True)
-    model.add_argument("--ckpt", metavar="PATH", help="checkpoint written by train.py")
-    model.add_argument(
-        "--model",
-        metavar="DIR",
-        help="CTranslate2 or transformers export written by python -m seq2seq.export",
-    )
+    add_model_arguments(parser, "CTranslate2 or transformers export written by python -m seq2seq.export")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument(
         "--interactive", "-i", action="store_true", help="prompt for sentences until EOF (Ctrl-D)"

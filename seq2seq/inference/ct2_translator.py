@@ -34,7 +34,7 @@ from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS
 from seq2seq.decoding.steps import Hypothesis, length_penalty, output_limits, rows_by_limit
 from seq2seq.export_folder import ExportError
 from seq2seq.hardware import resolve_ct2_device
-from seq2seq.inference.translator import DEFAULT_BATCH_TOKENS, TranslatorBase
+from seq2seq.inference.translator import TranslatorBase
 
 BEAM_LENGTH_PENALTY = 1e-12  # see the module docstring: nonzero, yet leaves the scores as they are
 
@@ -46,8 +46,8 @@ class CT2Translator(TranslatorBase):
         self,
         directory: str | Path,
         facts: ModelFacts,
-        device: str = "auto",
-        batch_tokens: int = DEFAULT_BATCH_TOKENS,
+        device: str,
+        batch_tokens: int,
         compute_type: str = "default",
         threads: int = 0,
     ) -> None:

@@ -28,19 +28,13 @@ from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from seq2seq.decoding.steps import Hypothesis, length_penalty, output_limits, rows_by_limit
 from seq2seq.export_folder import ExportError
 from seq2seq.hardware import resolve_device
-from seq2seq.inference.translator import DEFAULT_BATCH_TOKENS, TranslatorBase
+from seq2seq.inference.translator import TranslatorBase
 
 
 class HFTranslator(TranslatorBase):
     """A transformers export with the project's tokenizer and decoding settings."""
 
-    def __init__(
-        self,
-        directory: str | Path,
-        facts: ModelFacts,
-        device: str = "auto",
-        batch_tokens: int = DEFAULT_BATCH_TOKENS,
-    ) -> None:
+    def __init__(self, directory: str | Path, facts: ModelFacts, device: str, batch_tokens: int) -> None:
         """``facts``: the folder's, as :func:`seq2seq.export_folder.load_bundle` read them."""
         if facts.engine != "transformers":
             raise ExportError(f"{directory} is a {facts.engine} export, not a transformers one")

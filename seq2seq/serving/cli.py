@@ -19,7 +19,7 @@ from collections.abc import Iterator
 import uvicorn
 
 from seq2seq.checkpoint import CheckpointError, ModelFacts
-from seq2seq.command_line import OneLineParser, UsageError, run_command
+from seq2seq.command_line import OneLineParser, UsageError, add_model_arguments, run_command
 from seq2seq.export_folder import ExportError
 from seq2seq.inference.backends import Opened, open_model
 from seq2seq.inference.translator import DEFAULT_BATCH_TOKENS
@@ -37,12 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG,
         description="Serve a trained seq2seq checkpoint (or an export of one) over HTTP, with a web page.",
     )
-    model = parser.add_mutually_exclusive_group(required=True)
-    model.add_argument("--ckpt", metavar="PATH", help="checkpoint written by train.py")
-    model.add_argument(
-        "--model",
-        metavar="DIR",
-        help="a CTranslate2 or transformers export (python -m seq2seq.export); no attention maps",
+    add_model_arguments(
+        parser, "a CTranslate2 or transformers export (python -m seq2seq.export); no attention maps"
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8000, help="default: 8000; 0 picks a free port")
