@@ -18,12 +18,15 @@ from cpu_classes import CPU_CLASSES, fake_cpu
 from seq2seq.config import DecodeConfig, ModelConfig, OptimConfig
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.hardware import (
+    DeviceError,
     Hardware,
     bf16_speedup,
     choose_precision,
     describe,
+    device_type,
     parse_cpuinfo,
     precision_dtype,
+    resolve_device,
     resolve_dtype,
     resolve_precision,
     speedup_of,
@@ -247,3 +250,29 @@ def test_training_entry_point_sets_openmp_wait_policy_before_torch_loads(environ
         [sys.executable, "train.py", "--help"], cwd=ROOT, env=env, capture_output=True, text=True, check=True
     )
     assert expected in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("accelerator", "gpu", "expected"),
+    [
+        ("auto", True, "cuda"),
+        ("auto", False, "cpu"),
+        ("gpu", True, "cuda"),
+        ("cpu", True, "cpu"),
+        ("mps", False, "mps"),
+    ],
+)
+def test_the_device_training_runs_on_decides_its_precision_rule(
+    monkeypatch, accelerator, gpu, expected
+) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
+    assert device_type(accelerator) == expected
+
+
+def test_auto_takes_the_gpu_when_there_is_one_and_an_absent_gpu_is_an_error(monkeypatch) -> None:
+    for gpu, expected in ((True, "cuda"), (False, "cpu")):
+        monkeypatch.setattr(torch.cuda, "is_available", lambda gpu=gpu: gpu)
+        assert resolve_device("auto") == torch.device(expected)
+    assert resolve_device("cpu") == torch.device("cpu")
+    with pytest.raises(DeviceError, match="no CUDA GPU is available"):
+        resolve_device("cuda")
