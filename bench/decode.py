@@ -50,9 +50,11 @@ from seq2seq.data.batching import pad_ids  # noqa: E402
 from seq2seq.data.tokenizer import EOS_ID, PAD_ID, TranslationTokenizer  # noqa: E402
 from seq2seq.decoding import generate, greedy_search  # noqa: E402
 from seq2seq.export.to_ctranslate2 import export_model  # noqa: E402
+from seq2seq.export_folder import load_bundle  # noqa: E402
 from seq2seq.hardware import AUTO, describe, resolve_dtype  # noqa: E402
+from seq2seq.inference.backends import open_model  # noqa: E402
 from seq2seq.inference.ct2_translator import CT2Translator  # noqa: E402
-from seq2seq.inference.translator import Translator, TranslatorBase  # noqa: E402
+from seq2seq.inference.translator import DEFAULT_BATCH_TOKENS, Translator, TranslatorBase  # noqa: E402
 from seq2seq.model import Transformer  # noqa: E402
 
 CORPUS = ROOT / "data" / "spa-eng" / "spa.txt.gz"
@@ -243,7 +245,7 @@ def bench_models(baseline_ckpt: str, ckpt: str, reps: int) -> dict[str, float]:
     """(d): the baseline's seconds over the model's (beam 5, greedy) and the model's BLEU gain, on
     the model's test split in float32; repetitions interleaved, medians."""
     translators = {
-        name: Translator.from_checkpoint(path, device="cpu", dtype="float32")
+        name: open_model(path, device="cpu", dtype="float32").translator
         for name, path in (("baseline", baseline_ckpt), ("model", ckpt))
     }
     sources, references = held_out_test(Path(ckpt))
@@ -273,7 +275,9 @@ def export_engines(loaded: LoadedModel, directory: Path, threads: int) -> dict[s
     engines: dict[str, TranslatorBase] = {}
     for quantization in QUANTIZATIONS:
         out = export_model(loaded, directory / quantization, quantization, source="bench/decode.py")
-        engines[f"ct2 {quantization}"] = CT2Translator(out, "cpu", threads=threads)
+        engines[f"ct2 {quantization}"] = CT2Translator(
+            out, load_bundle(out), "cpu", DEFAULT_BATCH_TOKENS, threads=threads
+        )
     return engines
 
 

@@ -21,19 +21,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from seq2seq.checkpoint import load_model  # noqa: E402
+from seq2seq.config import DecodeConfig  # noqa: E402
 from seq2seq.data import corpus  # noqa: E402
 from seq2seq.data.batching import pad_ids  # noqa: E402
 from seq2seq.data.tokenizer import EOS_ID, PAD_ID  # noqa: E402
 from seq2seq.decoding import Hypothesis  # noqa: E402
 from seq2seq.decoding.steps import output_limits  # noqa: E402
-from seq2seq.export.bundle import load_bundle  # noqa: E402
 from seq2seq.export.to_ctranslate2 import export_checkpoint  # noqa: E402
 from seq2seq.export.to_transformers import export_to_transformers  # noqa: E402
-from seq2seq.inference.ct2_translator import CT2Translator  # noqa: E402
+from seq2seq.inference.backends import open_model  # noqa: E402
 from seq2seq.inference.evaluation import score  # noqa: E402
-from seq2seq.inference.hf_translator import HFTranslator  # noqa: E402
-from seq2seq.inference.translator import Translator, TranslatorBase, token_budget_batches  # noqa: E402
+from seq2seq.inference.translator import DEFAULT_BATCH_TOKENS, TranslatorBase, token_budget_batches  # noqa: E402
 
 SEARCHES = {"greedy": 1, "beam 5": 5}
 
@@ -52,7 +50,7 @@ def decode(translator: TranslatorBase, sources: list[list[int]], beam: int) -> t
 
 
 def plain_generate(
-    directory: Path, sources: list[list[int]], beam: int, batch_tokens: int
+    directory: Path, cfg: DecodeConfig, sources: list[list[int]], beam: int, batch_tokens: int
 ) -> tuple[list[Hypothesis], float]:
     """What a user of the transformers export gets: ``generate()`` on token-budget batches with the
     folder's own settings (transformers' length penalty, one length limit per call: the batch's
@@ -61,7 +59,6 @@ def plain_generate(
     from transformers import AutoModelForSeq2SeqLM
 
     model = AutoModelForSeq2SeqLM.from_pretrained(directory).eval()
-    cfg = load_bundle(directory).decode_config
     best: list[Hypothesis] = [Hypothesis([], 0.0)] * len(sources)
     start = time.perf_counter()
     for batch in token_budget_batches(sources, batch_tokens):
@@ -88,20 +85,21 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    loaded = load_model(args.ckpt)
-    ours = Translator(loaded.model, loaded.tokenizer, loaded.decode_config)
-    splits, _ = corpus.load_splits(loaded.data_config)
+    ours, facts, _ = open_model(args.ckpt, device="cpu", batch_tokens=DEFAULT_BATCH_TOKENS, dtype="float32")
+    splits, _ = corpus.load_splits(facts.data_config)
     texts, references = corpus.references(splits[args.split])
     sources = ours.encode(texts)
     workdir = tempfile.TemporaryDirectory(prefix="export-parity-")
     engines: dict[str, TranslatorBase] = {
-        f"ct2 {q}": CT2Translator(export_checkpoint(args.ckpt, Path(workdir.name) / q, q), device="cpu")
+        f"ct2 {q}": open_model(
+            model=export_checkpoint(args.ckpt, Path(workdir.name) / q, q), device="cpu"
+        ).translator
         for q in ("float32", "int8")
     }
     hf_dir = None
     if args.transformers:
         hf_dir = export_to_transformers(args.ckpt, Path(workdir.name) / "transformers")
-        engines["transformers"] = HFTranslator(hf_dir, "cpu")
+        engines["transformers"] = open_model(model=hf_dir, device="cpu").translator
     print(f"{args.ckpt}: {len(texts)} {args.split} sentences; reference side: {ours.compute}")
     for search, beam in SEARCHES.items():
         reference, seconds = decode(ours, sources, beam)
@@ -110,7 +108,9 @@ def main() -> None:
             got, seconds = decode(engine, sources, beam)
             report(f"{name} {search}", engine, got, reference, references, seconds)
         if hf_dir is not None:
-            got, seconds = plain_generate(hf_dir, sources, beam, ours.batch_tokens)
+            got, seconds = plain_generate(
+                hf_dir, engines["transformers"].decode_cfg, sources, beam, ours.batch_tokens
+            )
             transformers = engines["transformers"]
             report(f"generate() {search}", transformers, got, reference, references, seconds, scored=False)
 

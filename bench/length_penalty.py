@@ -22,8 +22,9 @@ sys.path.insert(0, str(ROOT))
 from seq2seq.checkpoint import load_model  # noqa: E402
 from seq2seq.data import corpus  # noqa: E402
 from seq2seq.hardware import describe  # noqa: E402
+from seq2seq.inference.backends import open_model  # noqa: E402
 from seq2seq.inference.evaluation import score  # noqa: E402
-from seq2seq.inference.translator import Translator  # noqa: E402
+from seq2seq.inference.translator import TranslatorBase  # noqa: E402
 
 GRID = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0, 1.2, 1.4, 1.6, 2.0)
 
@@ -42,7 +43,7 @@ class Scored:
 
 
 def decode_split(
-    translator: Translator, sources: list[str], references: list[list[str]], alpha: float, beam: int
+    translator: TranslatorBase, sources: list[str], references: list[list[str]], alpha: float, beam: int
 ) -> Scored:
     settings = replace(translator.decode_cfg, beam_size=beam, nbest=1, length_penalty=alpha)
     start = time.perf_counter()
@@ -60,8 +61,8 @@ def held_out_test(ckpt: Path) -> tuple[list[str], list[list[str]]]:
 
 def study(ckpt: Path, beam: int, grid: tuple[float, ...] = GRID) -> tuple[list[Scored], Scored, Scored]:
     """Validation scores over ``grid``, then the test scores of the chosen alpha and of the checkpoint's."""
-    translator = Translator.from_checkpoint(ckpt, device="cpu", dtype="float32")
-    splits, _ = corpus.load_splits(load_model(ckpt).data_config)
+    translator, facts, _ = open_model(ckpt, device="cpu", dtype="float32")
+    splits, _ = corpus.load_splits(facts.data_config)
     valid, test = corpus.references(splits["valid"]), corpus.references(splits["test"])
     on_valid = [decode_split(translator, *valid, alpha, beam) for alpha in grid]
     chosen = max(on_valid, key=lambda scored: scored.bleu)

@@ -37,7 +37,7 @@ from length_penalty import decode_split, held_out_test  # noqa: E402
 
 from seq2seq.checkpoint import read_checkpoint  # noqa: E402
 from seq2seq.hardware import describe  # noqa: E402
-from seq2seq.inference.translator import Translator  # noqa: E402
+from seq2seq.inference.backends import open_model  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ def evaluate(run_dir: Path) -> dict:
     """The run's figures: steps, tokens/s, best validation BLEU, and the test split per search."""
     best = run_dir / "checkpoints" / "best.ckpt"
     state = read_checkpoint(run_dir / "checkpoints" / "last.ckpt")
-    translator = Translator.from_checkpoint(best, device="cpu", dtype="float32")
+    translator = open_model(best, device="cpu", dtype="float32").translator
     test = held_out_test(best)
     result = {
         "steps": state["global_step"],
@@ -111,7 +111,7 @@ def beam5_speedup(default_dir: Path, variant_dir: Path, repeats: int = 2) -> flo
     """Default's beam-5 seconds over the variant's on the test split, timed now and interleaved (the
     fastest of ``repeats`` each), since the runs' own timings may come from a busier hour."""
     translators = [
-        Translator.from_checkpoint(run_dir / "checkpoints" / "best.ckpt", device="cpu", dtype="float32")
+        open_model(run_dir / "checkpoints" / "best.ckpt", device="cpu", dtype="float32").translator
         for run_dir in (default_dir, variant_dir)
     ]
     test = held_out_test(default_dir / "checkpoints" / "best.ckpt")

@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 from seq2seq.checkpoint import entry  # noqa: E402
 from seq2seq.config import DataConfig, DecodeConfig, ModelConfig  # noqa: E402
 from seq2seq.data.tokenizer import TranslationTokenizer  # noqa: E402
-from seq2seq.inference.translator import Translator  # noqa: E402
+from seq2seq.inference.backends import open_model  # noqa: E402
 from seq2seq.model import Transformer  # noqa: E402
 
 CORPUS = ROOT / "data" / "spa-eng" / "spa.txt.gz"
@@ -68,7 +68,7 @@ def random_checkpoint(directory: Path) -> Path:
 
 def sequential(ckpt: Path, sentences: list[str]) -> tuple[float, dict[str, str]]:
     """Sentences per second with one ``translate`` call per sentence, and the outputs."""
-    translator = Translator.from_checkpoint(ckpt, device="cpu")
+    translator = open_model(ckpt, device="cpu").translator
     outputs = {}
     start = time.perf_counter()
     for sentence in sentences:

@@ -1,5 +1,6 @@
 """The checkpoint format: what a checkpoint carries so inference needs nothing but the file,
-how it is written, and how it is read back.
+how it is written, and how it is read back; and :class:`ModelFacts`, what a model file says of
+its model, a checkpoint's or an export folder's (:mod:`seq2seq.export_folder`) alike.
 
 Lightning checkpoints get one extra entry, ``checkpoint["seq2seq"]``, holding the model
 config, the vocabulary sizes, the decoding settings used for validation, the data config, the
@@ -22,6 +23,7 @@ from seq2seq.data.tokenizer import TranslationTokenizer
 from seq2seq.model import Transformer
 
 KEY = "seq2seq"
+PYTORCH = "pytorch"  # the engine that runs a checkpoint: the PyTorch Transformer itself
 # The LightningModule keeps the trained Transformer at `self.model` and the moving average of its
 # weights at `self.ema_model`, so these prefix their weights in the state dict.
 MODEL_PREFIX = "model."
@@ -91,6 +93,27 @@ def save_atomically(checkpoint: dict[str, Any], path: str | Path) -> None:
         raise CheckpointError(f"cannot write checkpoint {path}: {reason}") from err
 
 
+@dataclass(frozen=True)
+class ModelFacts:
+    """What a model file says of its model, for a checkpoint and an export folder alike: the one
+    record that translate.py, serve.py and the benchmarks read (see ``open_model``)."""
+
+    name: str  # the checkpoint file's or the export folder's
+    engine: str  # what runs it: PYTORCH for a checkpoint, else the export's engine
+    model_config: ModelConfig
+    decode_config: DecodeConfig  # the settings validation decoded with
+    data_config: DataConfig  # the training data's, so that --eval can rebuild its test split
+    tokenizer: TranslationTokenizer
+    parameters: int
+    global_step: int | None = None  # optimiser steps trained; None for a file not written by training
+    best_bleu: float | None = None  # the best validation BLEU when it was written
+
+    @property
+    def attention(self) -> bool:
+        """Whether its attention weights can be shown: only the PyTorch model returns them."""
+        return self.engine == PYTORCH
+
+
 @dataclass
 class LoadedModel:
     """A ready-to-run model with its tokenizer, validation decoding settings and training data config."""
@@ -101,6 +124,13 @@ class LoadedModel:
     data_config: DataConfig
     global_step: int | None = None  # optimiser steps trained; None for a file not written by training
     best_bleu: float | None = None  # the best validation BLEU when it was written
+
+    def facts(self, path: str | Path) -> ModelFacts:
+        """The record of this model, read from the checkpoint at ``path``."""
+        return ModelFacts(
+            Path(path).name, PYTORCH, self.model.cfg, self.decode_config, self.data_config, self.tokenizer,
+            self.model.num_parameters(), self.global_step, self.best_bleu,
+        )  # fmt: skip
 
 
 def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:

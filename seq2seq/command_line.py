@@ -1,9 +1,19 @@
-"""What the command lines (``translate.py``, ``serve.py``, ``python -m seq2seq.export``) share:
-bad arguments become one ``UsageError`` line instead of argparse's usage block and exit."""
+"""How every command line (``translate.py``, ``serve.py``, ``python -m seq2seq.export``) ends: bad
+arguments become one ``UsageError`` line instead of argparse's usage block, and :func:`run_command`
+turns what went wrong into an exit code and at most one line on stderr.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+import sys
+from collections.abc import Callable
+
+USAGE = 2  # exit code of bad arguments
+FAILED = 1  # of an expected failure (and of a reader that left)
+INTERRUPTED = 130  # of Ctrl-C: 128 + SIGINT, as a shell reports it
 
 
 class UsageError(Exception):
@@ -15,3 +25,35 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:
         raise UsageError(message)
+
+
+def add_model_arguments(parser: argparse.ArgumentParser, model_help: str) -> None:
+    """``--ckpt PATH`` or ``--model DIR``, one of them required: what
+    :func:`seq2seq.inference.backends.open_model` opens."""
+    model = parser.add_mutually_exclusive_group(required=True)
+    model.add_argument("--ckpt", metavar="PATH", help="checkpoint written by train.py")
+    model.add_argument("--model", metavar="DIR", help=model_help)
+
+
+def run_command(prog: str, command: Callable[[], int], expected: tuple[type[Exception], ...]) -> int:
+    """``command()``'s exit code, or the code of how it failed; nothing is raised but a bug.
+
+    A :class:`UsageError` prints ``PROG: error: MSG (see --help)`` and gives 2; an ``expected``
+    error prints the first line of its message and gives 1; a closed stdout (``| head``) stops
+    quietly with 1; Ctrl-C gives 130. Anything else is a bug and keeps its traceback.
+    """
+    try:
+        return command()
+    except BrokenPipeError:  # the reader left; stop quietly
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        return FAILED
+    except UsageError as err:
+        print(f"{prog}: error: {err} (see --help)", file=sys.stderr)
+        return USAGE
+    except expected as err:
+        message = str(err).splitlines()[0] if str(err) else type(err).__name__
+        print(f"{prog}: error: {message}", file=sys.stderr)
+        return FAILED
+    except KeyboardInterrupt:
+        return INTERRUPTED

@@ -1,4 +1,4 @@
-"""What machine this is, and the numeric precision chosen from it.
+"""What machine this is, which device a command runs on, and the numeric precision chosen from it.
 
 The same config must be fast on any machine: bf16 pays about 1.5x on a CPU with native bf16
 matrix instructions (AVX512-BF16, AMX) and costs about 3x where they are emulated. So the
@@ -67,6 +67,39 @@ def usable_cores() -> int:
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
     return os.cpu_count() or 1
+
+
+class DeviceError(ValueError):
+    """The requested device is not available."""
+
+
+def resolve_device(name: str | torch.device) -> torch.device:
+    """ "auto" -> the GPU when there is one, else the CPU; an unavailable GPU is an error, not a fallback."""
+    if str(name) == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise DeviceError(f"device {name!r} requested but no CUDA GPU is available; use 'cpu' or 'auto'")
+    return device
+
+
+def resolve_ct2_device(name: str) -> str:
+    """The same rule for CTranslate2, which counts the GPUs it can use itself (its build may have none)."""
+    import ctranslate2  # only a CTranslate2 export needs it
+
+    gpus = ctranslate2.get_cuda_device_count()
+    if name == "auto":
+        return "cuda" if gpus else "cpu"
+    if name == "cuda" and not gpus:
+        raise DeviceError("device 'cuda' requested but CTranslate2 sees no CUDA GPU; use 'cpu' or 'auto'")
+    return name
+
+
+def device_type(accelerator: str) -> str:
+    """What Lightning will train on, for the precision rule: "cuda", "cpu" or the accelerator's name."""
+    if accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available()):
+        return "cuda"
+    return "cpu" if accelerator == "auto" else accelerator
 
 
 def detect() -> Hardware:

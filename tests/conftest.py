@@ -14,6 +14,7 @@ from trained import train_tiny_checkpoint
 
 from seq2seq.checkpoint import MODEL_PREFIX, entry, save_atomically
 from seq2seq.config import DataConfig, DecodeConfig, ModelConfig
+from seq2seq.inference.backends import open_model
 from seq2seq.inference.cli import main
 from seq2seq.inference.translator import Translator
 from seq2seq.model import Transformer
@@ -81,7 +82,7 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory, tiny_model_cfg: ModelCo
 @pytest.fixture(scope="module")
 def translator(checkpoint: Path) -> Translator:
     """The float32 reference that other paths (server, batching) must equal to the last digit."""
-    return Translator.from_checkpoint(checkpoint, device="cpu", dtype="float32")
+    return open_model(checkpoint, device="cpu", dtype="float32").translator
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from length_penalty import decode_split, study
 
 from seq2seq.checkpoint import load_model
 from seq2seq.data import corpus
-from seq2seq.inference.translator import Translator
+from seq2seq.inference.backends import open_model
 
 
 @pytest.mark.slow
@@ -21,7 +21,7 @@ def test_the_alpha_with_the_best_validation_bleu_is_scored_on_test(trained_ckpt:
     assert [scored.alpha for scored in on_valid] == [0.0, 1.0]
     assert chosen.alpha == max(on_valid, key=lambda scored: scored.bleu).alpha
     assert own.alpha == load_model(trained_ckpt).decode_config.length_penalty
-    translator = Translator.from_checkpoint(trained_ckpt, device="cpu", dtype="float32")
+    translator = open_model(trained_ckpt, device="cpu", dtype="float32").translator
     splits, _ = corpus.load_splits(load_model(trained_ckpt).data_config)
     again = decode_split(translator, *corpus.references(splits["test"]), chosen.alpha, beam=2)
     assert (again.bleu, again.chrf) == (chosen.bleu, chosen.chrf)  # the test figure is that alpha's

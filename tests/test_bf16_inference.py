@@ -18,6 +18,7 @@ from conftest import MEMORISED_PAIRS
 from tiny import CORPUS
 
 from seq2seq.export.to_ctranslate2 import export_checkpoint
+from seq2seq.inference.backends import open_model
 from seq2seq.inference.cli import main
 from seq2seq.inference.evaluation import score
 from seq2seq.inference.translator import Translation, Translator
@@ -50,8 +51,8 @@ def score_gaps(ours: list[Translation], theirs: list[Translation]) -> list[float
 
 def test_bf16_greedy_keeps_every_translation_and_moves_scores_within_bounds(memorised_ckpt, memorised):
     sources, references = memorised
-    fp32 = best(Translator.from_checkpoint(memorised_ckpt, "cpu", dtype="float32"), sources, beam=1)
-    bf16 = best(Translator.from_checkpoint(memorised_ckpt, "cpu", dtype="bfloat16"), sources, beam=1)
+    fp32 = best(open_model(memorised_ckpt, device="cpu", dtype="float32").translator, sources, beam=1)
+    bf16 = best(open_model(memorised_ckpt, device="cpu", dtype="bfloat16").translator, sources, beam=1)
     assert score([t.text for t in fp32], references)["bleu"] > 90  # the model did learn its sentences
     assert [t.text for t in bf16] == [t.text for t in fp32]
     assert max(score_gaps(bf16, fp32)) <= SCORE_BOUND
@@ -60,8 +61,8 @@ def test_bf16_greedy_keeps_every_translation_and_moves_scores_within_bounds(memo
 
 def test_bf16_beam_search_stays_within_bounds_of_float32(memorised_ckpt, memorised):
     sources, references = memorised
-    fp32 = best(Translator.from_checkpoint(memorised_ckpt, "cpu", dtype="float32"), sources, beam=5)
-    bf16 = best(Translator.from_checkpoint(memorised_ckpt, "cpu", dtype="bfloat16"), sources, beam=5)
+    fp32 = best(open_model(memorised_ckpt, device="cpu", dtype="float32").translator, sources, beam=5)
+    bf16 = best(open_model(memorised_ckpt, device="cpu", dtype="bfloat16").translator, sources, beam=5)
     gaps = score_gaps(bf16, fp32)
     assert len(gaps) >= BEAM_SAME_SHARE * len(sources)
     assert max(gaps) <= SCORE_BOUND
@@ -72,7 +73,7 @@ def test_bf16_beam_search_stays_within_bounds_of_float32(memorised_ckpt, memoris
 def test_bf16_batches_decode_each_sentence_as_it_decodes_alone(memorised_ckpt, memorised):
     """What the server's merged batches rely on: padding other rows only moves bf16 rounding."""
     sources, _ = memorised
-    translator = Translator.from_checkpoint(memorised_ckpt, "cpu", dtype="bfloat16")
+    translator = open_model(memorised_ckpt, device="cpu", dtype="bfloat16").translator
     batched = best(translator, sources, beam=1)
     alone = [best(translator, [source], beam=1)[0] for source in sources]
     assert [t.text for t in alone] == [t.text for t in batched]

@@ -16,6 +16,7 @@ from tiny import CORPUS, tiny_tokenizer
 
 from seq2seq.checkpoint import MODEL_PREFIX
 from seq2seq.config import ModelConfig
+from seq2seq.inference import cli
 from seq2seq.inference import translator as translate_module
 from seq2seq.inference.cli import main
 from seq2seq.inference.translator import Translator
@@ -280,3 +281,21 @@ def test_bad_top_p_is_a_usage_error(checkpoint: Path, run_cli, argv: list[str], 
     code, lines, err = run_cli("--ckpt", str(checkpoint), *argv, "Hi.")
     assert code == 2 and lines == []
     assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_ctrl_c_exits_130_and_a_reader_that_left_stops_quietly(
+    checkpoint: Path, run_cli, monkeypatch
+) -> None:
+    class ReaderLeft(io.StringIO):
+        def write(self, text: str) -> int:
+            raise BrokenPipeError
+
+    with monkeypatch.context() as patched:
+        patched.setattr(sys, "stdout", ReaderLeft())
+        assert run_cli("--ckpt", str(checkpoint), "--device", "cpu", "Hi.") == (1, [], "")
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "open_model", interrupted)  # Ctrl-C while the model loads
+    assert run_cli("--ckpt", str(checkpoint), "Hi.") == (130, [], "")

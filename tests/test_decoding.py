@@ -14,7 +14,7 @@ from seq2seq.config import DecodeConfig, ModelConfig
 from seq2seq.data.batching import pad_ids
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from seq2seq.decoding import Hypothesis, beam_search, generate, greedy_search
-from seq2seq.inference.translator import Translator
+from seq2seq.inference.backends import open_model
 from seq2seq.model import Transformer
 
 VOCAB = 24
@@ -171,7 +171,7 @@ def test_beam_keeps_searching_while_a_live_beam_can_still_win(memorised_ckpt) ->
     returned those, below greedy's translation, for 8 of these 40 sentences."""
     pairs = [line.split("\t") for line in CORPUS.read_text(encoding="utf-8").splitlines()]
     sources = [source for source, _ in pairs[:MEMORISED_PAIRS]]
-    translator = Translator.from_checkpoint(memorised_ckpt, "cpu", dtype="float32")
+    translator = open_model(memorised_ckpt, device="cpu", dtype="float32").translator
     greedy, beam = (
         [nbest[0].score for nbest in translator.translate(sources, translator.settings(beam=k, nbest=1))]
         for k in (1, 5)

@@ -14,11 +14,11 @@ from torch import nn
 from seq2seq.checkpoint import MODEL_PREFIX, entry, load_model
 from seq2seq.config import DataConfig, DecodeConfig, ModelConfig
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, TranslationTokenizer
+from seq2seq.export import __main__ as export_command
 from seq2seq.export.__main__ import main as export_main
-from seq2seq.export.bundle import ExportError
 from seq2seq.export.to_ctranslate2 import build_spec, export_checkpoint
-from seq2seq.inference.ct2_translator import CT2Translator
-from seq2seq.inference.translator import Translator
+from seq2seq.export_folder import ENGINES, ExportError
+from seq2seq.inference.backends import BACKENDS, open_model
 from seq2seq.model import Transformer
 
 
@@ -129,8 +129,8 @@ def test_float32_export_decodes_the_same_tokens_as_pytorch(
     ct2_translator): its scores are never below ours, and where two hypotheses are nearly tied the
     difference, or a CPU's own float32 kernels, may rank them apart. So: the same lists for nearly
     every sentence, and only near ties where they differ."""
-    ours = Translator.from_checkpoint(trained_ckpt, "cpu", dtype="float32")  # auto may pick bf16
-    theirs = CT2Translator(exported["float32"], "cpu")
+    ours = open_model(trained_ckpt, device="cpu", dtype="float32").translator  # auto may pick bf16
+    theirs = open_model(model=exported["float32"], device="cpu").translator
     sources = ours.encode(held_out[0])
     settings = ours.settings(beam=beam, nbest=nbest)
     expected, got = ours.search(sources, settings), theirs.search(sources, settings)
@@ -163,12 +163,12 @@ def test_int8_export_stays_close_to_the_model(
     assert gaps.mean() < 0.05 and gaps.max() < 0.5, (gaps.mean(), gaps.max())
     int8 = ctranslate2.Translator(directory, compute_type="int8")
     assert _log_prob_gaps(loaded.model, loaded.tokenizer, int8, sources, targets).mean() < 0.5
-    translations = list(CT2Translator(directory, "cpu").translate(held_out[0]))
+    translations = list(open_model(model=directory, device="cpu").translator.translate(held_out[0]))
     assert len(translations) == len(sources) and all(best.text for best, *_ in translations)
 
 
 def test_seeded_sampling_repeats(exported: dict[str, Path]) -> None:
-    translator = CT2Translator(exported["float32"], "cpu")
+    translator = open_model(model=exported["float32"], device="cpu").translator
     settings = DecodeConfig(sampling=True, temperature=1.5, top_k=50, top_p=0.9)
     texts = ["How are you?", "I like coffee.", "Where is the station?", "Good morning."] * 4
     runs = []
@@ -210,7 +210,7 @@ def test_export_command_refuses_to_overwrite_and_keeps_what_was_there(
         code, err = _export(capsys, *argv)
         assert (code, len(err.strip().splitlines())) == (expected_code, 1) and message in err, (argv, err)
     assert (other / "todo.txt").read_text(encoding="utf-8") == "keep me"
-    assert CT2Translator(out, "cpu").decode_cfg == load_model(trained_ckpt).decode_config
+    assert open_model(model=out, device="cpu").translator.decode_cfg == load_model(trained_ckpt).decode_config
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model", "notes"]  # no partial directories
 
 
@@ -228,3 +228,37 @@ def test_a_failed_export_leaves_the_earlier_one(
         export_checkpoint(trained_ckpt, out, "float32", force=True)
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     assert [p.name for p in tmp_path.iterdir()] == ["model"]
+
+
+def test_the_command_says_what_it_wrote_and_ctrl_c_exits_130(
+    trained_ckpt: Path, tmp_path: Path, capsys, monkeypatch
+) -> None:
+    out = tmp_path / "model"
+    assert _export(capsys, str(out), "--ckpt", str(trained_ckpt)) == (
+        0, f"exported {trained_ckpt} to {out} (ctranslate2, int8)\n",
+    )  # fmt: skip
+
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setitem(
+        export_command.EXPORTERS, "ctranslate2", export_command.Exporter(interrupted, ("int8",))
+    )
+    assert _export(capsys, str(tmp_path / "other"), "--ckpt", str(trained_ckpt)) == (130, "")
+
+
+def test_every_engine_of_the_folder_format_has_an_exporter_and_a_backend() -> None:
+    assert list(export_command.EXPORTERS) == list(BACKENDS) == list(ENGINES)
+
+
+def test_a_checkpoint_and_its_export_give_the_same_facts(
+    trained_ckpt: Path, exported: dict[str, Path]
+) -> None:
+    ckpt = open_model(trained_ckpt, device="cpu").facts
+    export = open_model(model=exported["int8"], device="cpu").facts
+    assert (ckpt.name, ckpt.engine, ckpt.attention) == (trained_ckpt.name, "pytorch", True)
+    assert (export.name, export.engine, export.attention) == ("int8", "ctranslate2", False)
+    same = ("model_config", "decode_config", "data_config", "parameters", "global_step", "best_bleu")
+    assert [getattr(export, name) for name in same] == [getattr(ckpt, name) for name in same]
+    assert export.tokenizer.to_dict() == ckpt.tokenizer.to_dict()
+    assert ckpt.parameters == sum(p.numel() for p in load_model(trained_ckpt).model.parameters())

@@ -3,7 +3,6 @@ logits, and generate() gives translate.py's translations; what cannot be express
 
 from __future__ import annotations
 
-import ast
 import json
 import sys
 from dataclasses import replace
@@ -11,7 +10,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from compose import ROOT
 from tiny import CORPUS, tiny_tokenizer
 
 from seq2seq.checkpoint import MODEL_PREFIX, entry, load_model, save_atomically
@@ -21,6 +19,7 @@ from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, TranslationTokenizer
 from seq2seq.decoding.steps import output_limits
 from seq2seq.export.__main__ import main as export_main
 from seq2seq.export.to_transformers import export_to_transformers, residual_permutation
+from seq2seq.inference.backends import open_model
 from seq2seq.inference.cli import main as translate_main
 from seq2seq.inference.translator import Translator
 from seq2seq.model import Transformer
@@ -39,7 +38,7 @@ def exported(trained_ckpt: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
 
 @pytest.fixture(scope="module")
 def ours(trained_ckpt: Path) -> Translator:
-    return Translator.from_checkpoint(trained_ckpt, "cpu", dtype="float32")
+    return open_model(trained_ckpt, device="cpu", dtype="float32").translator
 
 
 def teacher_forced_logits(model, ours: Translator, sources: list[str]) -> tuple[torch.Tensor, ...]:
@@ -159,7 +158,7 @@ def test_a_post_norm_model_with_or_without_tied_embeddings_is_marian(
     ckpt = _checkpoint(tmp_path, trained_ckpt, tie_embeddings=tied)
     out = export_to_transformers(ckpt, tmp_path / "out")
     model = transformers.AutoModelForSeq2SeqLM.from_pretrained(out).eval()
-    translator = Translator.from_checkpoint(ckpt, "cpu", dtype="float32")
+    translator = open_model(ckpt, device="cpu", dtype="float32").translator
     mine, theirs, real = teacher_forced_logits(model, translator, SOURCES[:16])
     assert type(model).__name__ == "MarianMTModel" and (mine - theirs)[real].abs().max().item() < 1e-4
 
@@ -171,7 +170,7 @@ def test_a_gelu_model_is_marian_with_exact_gelu_and_the_same_logits(
     out = export_to_transformers(ckpt, tmp_path / "out")
     assert json.loads((out / "config.json").read_text())["activation_function"] == "gelu"  # erf, not tanh
     model = transformers.AutoModelForSeq2SeqLM.from_pretrained(out).eval()
-    translator = Translator.from_checkpoint(ckpt, "cpu", dtype="float32")
+    translator = open_model(ckpt, device="cpu", dtype="float32").translator
     mine, theirs, real = teacher_forced_logits(model, translator, SOURCES[:16])
     assert type(model).__name__ == "MarianMTModel" and (mine - theirs)[real].abs().max().item() < 1e-4
     assert "feed-forward 64 (GELU)" in (out / "README.md").read_text(encoding="utf-8")
@@ -181,7 +180,7 @@ def test_a_pre_norm_model_is_pegasus_with_the_same_logits(trained_ckpt: Path, tm
     ckpt = _checkpoint(tmp_path, trained_ckpt, norm_first=True)
     out = export_to_transformers(ckpt, tmp_path / "out")
     model = transformers.AutoModelForSeq2SeqLM.from_pretrained(out).eval()
-    translator = Translator.from_checkpoint(ckpt, "cpu", dtype="float32")
+    translator = open_model(ckpt, device="cpu", dtype="float32").translator
     mine, theirs, real = teacher_forced_logits(model, translator, SOURCES[:16])
     assert type(model).__name__ == "PegasusForConditionalGeneration"
     assert (mine - theirs)[real].abs().max().item() < 1e-4
@@ -267,13 +266,3 @@ def test_without_transformers_the_command_says_what_to_install(trained_ckpt, tmp
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "pip install -e '.[hf]'" in err
     assert not (tmp_path / "hf").exists()
-
-
-@pytest.mark.parametrize("package", ["inference", "export", "serving", "decoding", "model"])
-def test_nothing_below_training_imports_it(package: str) -> None:
-    """The checkpoint format has one owner below them all (seq2seq/checkpoint.py)."""
-    for path in (ROOT / "seq2seq" / package).rglob("*.py"):
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        imported = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module]
-        imported += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
-        assert not [m for m in imported if m.startswith("seq2seq.training")], path

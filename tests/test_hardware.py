@@ -18,16 +18,20 @@ from cpu_classes import CPU_CLASSES, fake_cpu
 from seq2seq.config import DecodeConfig, ModelConfig, OptimConfig
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.hardware import (
+    DeviceError,
     Hardware,
     bf16_speedup,
     choose_precision,
     describe,
+    device_type,
     parse_cpuinfo,
     precision_dtype,
+    resolve_device,
     resolve_dtype,
     resolve_precision,
     speedup_of,
 )
+from seq2seq.inference.backends import open_model
 from seq2seq.inference.cli import main as translate_main
 from seq2seq.inference.translator import Translator
 from seq2seq.training.module import TranslationModule
@@ -171,7 +175,7 @@ def test_the_tiny_experiment_trains_in_fp32_on_every_machine():
 def test_translate_auto_decodes_in_the_dtype_of_the_cpu_and_says_so(checkpoint, monkeypatch, capsys, cpu):
     fake_cpu(monkeypatch, cpu)
     expected = CPU_CLASSES[cpu][3]
-    assert Translator.from_checkpoint(checkpoint, device="cpu").dtype == expected
+    assert open_model(checkpoint, device="cpu").translator.dtype == expected
     assert translate_main(["--ckpt", str(checkpoint), "--device", "cpu", "--eval", "test"]) == 0
     compute = "PyTorch float32 (" if cpu == "no-bf16" else "PyTorch bfloat16 autocast ("
     assert f"compute = {compute}" in capsys.readouterr().out
@@ -227,7 +231,7 @@ def test_translator_runs_each_dtype_and_refuses_an_unknown_one(bf16_run, capsys)
         assert len(capsys.readouterr().out.splitlines()) == 2
     assert translate_main(["--ckpt", best, "--dtype", "fp8", "Hello."]) == 2
     assert "argument --dtype: invalid choice: 'fp8'" in capsys.readouterr().err
-    translator = Translator.from_checkpoint(best, device="cpu", dtype="bfloat16")
+    translator = open_model(best, device="cpu", dtype="bfloat16").translator
     assert translator.dtype == torch.bfloat16
 
 
@@ -246,3 +250,29 @@ def test_training_entry_point_sets_openmp_wait_policy_before_torch_loads(environ
         [sys.executable, "train.py", "--help"], cwd=ROOT, env=env, capture_output=True, text=True, check=True
     )
     assert expected in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("accelerator", "gpu", "expected"),
+    [
+        ("auto", True, "cuda"),
+        ("auto", False, "cpu"),
+        ("gpu", True, "cuda"),
+        ("cpu", True, "cpu"),
+        ("mps", False, "mps"),
+    ],
+)
+def test_the_device_training_runs_on_decides_its_precision_rule(
+    monkeypatch, accelerator, gpu, expected
+) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
+    assert device_type(accelerator) == expected
+
+
+def test_auto_takes_the_gpu_when_there_is_one_and_an_absent_gpu_is_an_error(monkeypatch) -> None:
+    for gpu, expected in ((True, "cuda"), (False, "cpu")):
+        monkeypatch.setattr(torch.cuda, "is_available", lambda gpu=gpu: gpu)
+        assert resolve_device("auto") == torch.device(expected)
+    assert resolve_device("cpu") == torch.device("cpu")
+    with pytest.raises(DeviceError, match="no CUDA GPU is available"):
+        resolve_device("cuda")

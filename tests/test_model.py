@@ -204,3 +204,10 @@ def test_swiglu_with_two_thirds_of_d_ff_has_the_parameters_of_relu() -> None:
     with torch.device("meta"):  # sizes only
         models = [Transformer(cfg, 8000, 8000) for cfg in (relu_cfg, swiglu_cfg)]
     assert _parameters(models[1]) == pytest.approx(_parameters(models[0]), rel=1e-3)
+
+
+def test_the_model_counts_each_parameter_once() -> None:
+    """Tied embeddings are one table for the source, the target and the output projection."""
+    tied, untied = tiny_model(tie_embeddings=True), tiny_model(tie_embeddings=False)
+    assert untied.num_parameters() == sum(p.numel() for p in untied.parameters())
+    assert untied.num_parameters() - tied.num_parameters() == 2 * VOCAB * 16  # two tables of (V, D) fewer

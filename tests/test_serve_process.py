@@ -20,6 +20,7 @@ import httpx
 import pytest
 from tiny import BLEU, STEP
 
+from seq2seq.inference.backends import open_model
 from seq2seq.inference.translator import Translator
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -80,7 +81,7 @@ def stop(server: Server) -> None:
 
 @pytest.fixture(scope="module")
 def translator(checkpoint: Path) -> Translator:
-    return Translator.from_checkpoint(checkpoint, device="cpu", dtype="float32")  # as the server decodes
+    return open_model(checkpoint, device="cpu", dtype="float32").translator  # as the server decodes
 
 
 def in_flight(server: Server) -> int:

@@ -19,21 +19,24 @@ from tiny import BLEU, STEP
 
 from seq2seq.checkpoint import load_model
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID
-from seq2seq.inference.translator import Translator
+from seq2seq.inference.backends import open_model
+from seq2seq.inference.translator import DEFAULT_BATCH_TOKENS, Translator
+from seq2seq.serving import cli
 from seq2seq.serving.app import create_app
 from seq2seq.serving.batcher import DynamicBatcher
-from seq2seq.serving.service import Limits, ServedModel, TranslationService
+from seq2seq.serving.service import Limits, TranslationService
 
 SENTENCES = ["How are you?", "I like coffee.", "Tom is here.", "Where is the station, please?", "Hi.", "   "]
 
 
 @contextmanager
 def serve(checkpoint: Path, queue_size: int = 64, max_wait_s: float = 0.005) -> Iterator[TestClient]:
-    loaded = load_model(checkpoint)
-    translator = Translator(loaded.model, loaded.tokenizer, loaded.decode_config, "cpu")
+    translator, facts, _ = open_model(
+        checkpoint, device="cpu", batch_tokens=DEFAULT_BATCH_TOKENS, dtype="float32"
+    )
     batcher = DynamicBatcher(translator, queue_size, max_wait_s)
     service = TranslationService(
-        ServedModel.of_checkpoint(loaded, checkpoint),
+        facts,
         batcher,
         Limits(max_input_chars=200, queue_size=queue_size),
     )
@@ -244,3 +247,22 @@ def test_in_flight_gauges_exist_before_the_first_request(checkpoint) -> None:
         text = fresh.get("/metrics").text
     for endpoint in ("/translate", "/attention"):
         assert f'seq2seq_requests_in_flight{{endpoint="{endpoint}"}} 0' in text
+
+
+def test_the_startup_line_says_the_size_shape_step_and_bleu(checkpoint: Path) -> None:
+    translator, facts, _ = cli.load(
+        cli.build_parser().parse_args(["--ckpt", str(checkpoint), "--device", "cpu"])
+    )
+    assert f"{cli.describe(facts)}, {translator.compute}" == (
+        f"model {checkpoint.name}: 0.05 M parameters (d_model 32, 2+2 layers, 2 heads), step {STEP}, "
+        f"val BLEU {BLEU:.2f}, PyTorch float32"
+    )
+
+
+def test_ctrl_c_while_loading_exits_130(checkpoint: Path, monkeypatch, capsys) -> None:
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "open_model", interrupted)
+    assert cli.main(["--ckpt", str(checkpoint)]) == 130
+    assert capsys.readouterr().err == ""

@@ -9,15 +9,14 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from seq2seq.export.bundle import load_bundle
 from seq2seq.export.to_ctranslate2 import export_checkpoint
 from seq2seq.export.to_transformers import export_to_transformers
-from seq2seq.inference.exported import load_export
+from seq2seq.inference.backends import open_model
 from seq2seq.serving.app import create_app
 from seq2seq.serving.batcher import DynamicBatcher
 from seq2seq.serving.cli import build_parser, describe, load
 from seq2seq.serving.cli import main as serve_main
-from seq2seq.serving.service import Limits, ServedModel, TranslationService
+from seq2seq.serving.service import Limits, TranslationService
 
 TEXTS = ["How are you?", "I like coffee.", "   ", "Where is the station, please?"]
 EXPORTERS = {
@@ -35,16 +34,14 @@ def exported(request, trained_ckpt: Path, tmp_path_factory: pytest.TempPathFacto
 
 @pytest.fixture(scope="module")
 def client(exported: Path) -> Iterator[TestClient]:
-    translator = load_export(exported, "cpu")
-    service = TranslationService(
-        ServedModel.of_export(load_bundle(exported)), DynamicBatcher(translator, 64, 0.005), Limits()
-    )
+    translator, facts, _ = open_model(model=exported, device="cpu")
+    service = TranslationService(facts, DynamicBatcher(translator, 64, 0.005), Limits())
     with TestClient(create_app(service)) as client:
         yield client
 
 
 def test_an_export_translates_as_its_own_translator(client: TestClient, exported: Path) -> None:
-    translator = load_export(exported, "cpu")
+    translator = open_model(model=exported, device="cpu").translator
     expected = [nbest[0].text for nbest in translator.translate(TEXTS, translator.settings(beam=3, nbest=1))]
     response = client.post("/translate", json={"text": TEXTS, "beam": 3})
     assert response.status_code == 200, response.text
@@ -80,7 +77,7 @@ def test_a_folder_that_is_not_an_export_is_one_line(tmp_path: Path, capsys) -> N
 
 
 def test_serve_py_model_loads_the_export_and_describes_it(exported: Path, trained_ckpt: Path) -> None:
-    served, translator = load(build_parser().parse_args(["--model", str(exported), "--device", "cpu"]))
+    translator, served, _ = load(build_parser().parse_args(["--model", str(exported), "--device", "cpu"]))
     line = describe(served)
     assert line.startswith(f"model {exported.name}: ") and "d_model 32, 2+2 layers" in line
     assert served.attention is False and translator.compute in {

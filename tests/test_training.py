@@ -11,8 +11,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from seq2seq.checkpoint import load_model, read_checkpoint
 from seq2seq.config import ConfigError
+from seq2seq.inference.backends import open_model
 from seq2seq.inference.cli import main as translate_main
-from seq2seq.inference.translator import Translator
 from seq2seq.training.run import train
 
 
@@ -71,7 +71,7 @@ def test_tensorboard_has_a_layer_by_head_grid_per_attention_kind(trained_run):
 def test_checkpoint_is_self_contained_and_translates(trained_run):
     checkpoint = read_checkpoint(trained_run / "checkpoints" / "best.ckpt")
     assert {"model_config", "tokenizer", "decode_config", "data_config"} <= set(checkpoint["seq2seq"])
-    translator = Translator.from_checkpoint(trained_run / "checkpoints" / "best.ckpt", device="cpu")
+    translator = open_model(trained_run / "checkpoints" / "best.ckpt", device="cpu").translator
     outputs = [best.text for best, *_ in translator.translate(["How are you?", "I like coffee."])]
     assert len(outputs) == 2 and all(isinstance(o, str) for o in outputs)
 

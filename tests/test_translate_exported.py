@@ -6,6 +6,7 @@ import io
 import sys
 from pathlib import Path
 
+import ctranslate2
 import pytest
 
 from seq2seq.export.to_ctranslate2 import export_checkpoint
@@ -89,3 +90,12 @@ def test_errors_are_one_line(trained_ckpt: Path, exported: Path, capsys, argv, c
     returned, out, err = _run(capsys, *[values.get(arg, arg) for arg in argv])
     assert (returned, out) == (code, "")
     assert len(err.strip().splitlines()) == 1 and message in err, err
+
+
+@pytest.mark.skipif(ctranslate2.get_cuda_device_count() > 0, reason="CTranslate2 sees a GPU here")
+def test_cuda_that_ctranslate2_cannot_see_is_one_line(exported: Path, capsys) -> None:
+    code, out, err = _run(capsys, "--model", str(exported), "--device", "cuda", "Hi.")
+    assert (code, out) == (1, "")
+    assert err == (
+        "translate.py: error: device 'cuda' requested but CTranslate2 sees no CUDA GPU; use 'cpu' or 'auto'\n"
+    )

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from seq2seq.checkpoint import load_model
 from seq2seq.inference import translator as translate_module
+from seq2seq.inference.backends import open_model
 from seq2seq.inference.translator import Translator
 
 
@@ -18,7 +19,7 @@ def best_texts(translator: Translator, texts, settings=None) -> list[str]:
 
 def test_stream_is_lazy_and_keeps_order(checkpoint: Path, monkeypatch) -> None:
     monkeypatch.setattr(translate_module, "CHUNK_LINES", 3)
-    translator = Translator.from_checkpoint(checkpoint, device="cpu", batch_tokens=16)
+    translator = open_model(checkpoint, device="cpu", batch_tokens=16).translator
     sentences = ["I like coffee very much.", "Hi.", "", "Where is the station?", "Go."]
     endless = itertools.cycle(sentences)  # would hang if the stream read everything first
     streamed = [best.text for best, *_ in itertools.islice(translator.translate(endless), len(sentences))]
@@ -27,7 +28,7 @@ def test_stream_is_lazy_and_keeps_order(checkpoint: Path, monkeypatch) -> None:
 
 
 def test_long_input_is_truncated_with_one_warning(checkpoint: Path, caplog) -> None:
-    translator = Translator.from_checkpoint(checkpoint, device="cpu")
+    translator = open_model(checkpoint, device="cpu").translator
     long_text = " ".join(["coffee"] * 200)
     with caplog.at_level(logging.WARNING, logger="seq2seq.inference.translator"):
         outputs = best_texts(translator, [long_text, long_text])
@@ -37,8 +38,8 @@ def test_long_input_is_truncated_with_one_warning(checkpoint: Path, caplog) -> N
 
 def test_batches_default_to_the_budget_validation_decodes_with(checkpoint: Path) -> None:
     budget = load_model(checkpoint).data_config.eval_max_tokens
-    assert Translator.from_checkpoint(checkpoint, device="cpu").batch_tokens == budget
-    assert Translator.from_checkpoint(checkpoint, device="cpu", batch_tokens=16).batch_tokens == 16
+    assert open_model(checkpoint, device="cpu").translator.batch_tokens == budget
+    assert open_model(checkpoint, device="cpu", batch_tokens=16).translator.batch_tokens == 16
 
 
 def test_in_memory_model_matches_loaded_checkpoint(checkpoint: Path, translator: Translator) -> None:

@@ -127,11 +127,6 @@ class TranslationTokenizer:
         texts = {side: (directory / name).read_text(encoding="utf-8") for side, name in _SIDE_FILES.items()}
         return cls.from_dict(texts)
 
-    @staticmethod
-    def files(shared: bool) -> list[str]:
-        """Names ``save`` writes, so callers can tell whether a directory holds a tokenizer."""
-        return [_SHARED_FILE] if shared else list(_SIDE_FILES.values())
-
 
 def token_labels(tokenizer: Tokenizer, ids: list[int]) -> list[str]:
     """Readable label of each subword for plots and tables: specials by name, spaces as '▁',

@@ -1,1 +1,1 @@
-"""Export a trained checkpoint to an inference engine (CTranslate2): ``python -m seq2seq.export``."""
+"""Export a trained checkpoint to an engine (CTranslate2, transformers): ``python -m seq2seq.export``."""

@@ -9,14 +9,34 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 
 from seq2seq.checkpoint import CheckpointError
-from seq2seq.command_line import OneLineParser, UsageError
-from seq2seq.export.bundle import ExportError
+from seq2seq.command_line import OneLineParser, UsageError, run_command
 from seq2seq.export.to_ctranslate2 import QUANTIZATIONS, export_checkpoint
 from seq2seq.export.to_transformers import export_to_transformers
+from seq2seq.export_folder import ExportError
 
 PROG = "python -m seq2seq.export"
+
+
+@dataclass(frozen=True)
+class Exporter:
+    """How ``--to`` writes one engine's folder."""
+
+    write: Callable[[str, str, str, bool], Path]  # (checkpoint, out_dir, weight type, force) -> out_dir
+    weight_types: tuple[str, ...]  # what --quantization may choose, the default first; one: no choice
+
+
+# --to name -> its exporter; the names are seq2seq.export_folder.ENGINES
+EXPORTERS = {
+    "ctranslate2": Exporter(export_checkpoint, QUANTIZATIONS),
+    "transformers": Exporter(
+        lambda checkpoint, out_dir, _, force: export_to_transformers(checkpoint, out_dir, force), ("float32",)
+    ),
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--ckpt", required=True, metavar="PATH", help="checkpoint written by train.py")
     parser.add_argument(
         "--to",
-        choices=["ctranslate2", "transformers"],
+        choices=list(EXPORTERS),
         default="ctranslate2",
         help="engine (default: ctranslate2); transformers writes a folder for AutoModelForSeq2SeqLM",
     )
@@ -44,29 +64,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def run(args: argparse.Namespace) -> int:
+    exporter = EXPORTERS[args.to]
+    if args.quantization and len(exporter.weight_types) == 1:
+        choosers = " or ".join(name for name, other in EXPORTERS.items() if len(other.weight_types) > 1)
+        raise UsageError(
+            f"--quantization is for --to {choosers}; {args.to} gets {exporter.weight_types[0]} weights"
+        )
+    quantization = args.quantization or exporter.weight_types[0]
+    out_dir = exporter.write(args.ckpt, args.out_dir, quantization, args.force)
+    print(f"exported {args.ckpt} to {out_dir} ({args.to}, {quantization})", file=sys.stderr)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the export; returns the exit code instead of raising (tests call this in-process)."""
-    try:
-        args = build_parser().parse_args(argv)
-        if args.to == "transformers":
-            if args.quantization:
-                raise UsageError("--quantization is for --to ctranslate2; transformers gets float32 weights")
-            args.quantization = "float32"
-            out_dir = export_to_transformers(args.ckpt, args.out_dir, args.force)
-        else:
-            args.quantization = args.quantization or "int8"
-            out_dir = export_checkpoint(args.ckpt, args.out_dir, args.quantization, args.force)
-    except UsageError as err:
-        print(f"{PROG}: error: {err} (see --help)", file=sys.stderr)
-        return 2
-    except (CheckpointError, ExportError, OSError) as err:
-        message = str(err).splitlines()[0] if str(err) else type(err).__name__
-        print(f"{PROG}: error: {message}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 130
-    print(f"exported {args.ckpt} to {out_dir} ({args.to}, {args.quantization})", file=sys.stderr)
-    return 0
+    return run_command(
+        PROG, lambda: run(build_parser().parse_args(argv)), (CheckpointError, ExportError, OSError)
+    )
 
 
 if __name__ == "__main__":

@@ -71,7 +71,7 @@ def model_card(loaded: LoadedModel, checkpoint: Path, class_name: str) -> str:
     """The card's Markdown text."""
     data, cfg = loaded.data_config, loaded.model.cfg
     src, tgt = (LANGUAGES.get(code, code) for code in (data.source_lang, data.target_lang))
-    parameters = sum(p.numel() for p in loaded.model.parameters())
+    parameters = loaded.model.num_parameters()
     norm = "pre-norm" if cfg.norm_first else "post-norm (as in the paper)"
     activation = ACTIVATION_NAMES[cfg.activation]
     data_line = TATOEBA if Path(data.path).name == "spa.txt.gz" else f"`{data.path}` (not the bundled corpus)"

@@ -28,7 +28,7 @@ from torch import Tensor, nn
 
 from seq2seq.checkpoint import LoadedModel, load_model
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, SPECIAL_TOKENS, UNK_ID, TranslationTokenizer
-from seq2seq.export.bundle import ExportError, check_output_dir, save_bundle, staged_directory
+from seq2seq.export_folder import ExportError, check_output_dir, save_bundle, staged_directory
 from seq2seq.model import Transformer
 
 QUANTIZATIONS = ("int8", "int8_float32", "float32", "float16", "bfloat16")  # weight types on export

@@ -24,8 +24,8 @@ from torch import Tensor
 from seq2seq.checkpoint import LoadedModel, load_model
 from seq2seq.config import ModelConfig
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID, TranslationTokenizer
-from seq2seq.export.bundle import ExportError, check_output_dir, save_bundle, staged_directory
 from seq2seq.export.model_card import model_card
+from seq2seq.export_folder import ExportError, check_output_dir, save_bundle, staged_directory
 from seq2seq.model import Transformer
 from seq2seq.model.transformer import sinusoidal_table
 

@@ -23,22 +23,15 @@ from typing import TextIO
 
 from tqdm import tqdm
 
-from seq2seq.checkpoint import CheckpointError, load_model
-from seq2seq.command_line import OneLineParser, UsageError
+from seq2seq.checkpoint import CheckpointError
+from seq2seq.command_line import OneLineParser, UsageError, add_model_arguments, run_command
 from seq2seq.config import ConfigError, DataConfig, DataError, DecodeConfig
-from seq2seq.export.bundle import ExportError
-from seq2seq.hardware import AUTO, INFERENCE_DTYPES, resolve_dtype
+from seq2seq.export_folder import ExportError
+from seq2seq.hardware import AUTO, INFERENCE_DTYPES, DeviceError
 from seq2seq.inference.alignment import AlignmentError, align, format_table, save_heatmap
+from seq2seq.inference.backends import open_model
 from seq2seq.inference.evaluation import evaluate, format_scores, read_pairs
-from seq2seq.inference.exported import load_export
-from seq2seq.inference.translator import (
-    DEFAULT_BATCH_TOKENS,
-    DeviceError,
-    Translation,
-    Translator,
-    TranslatorBase,
-    resolve_device,
-)
+from seq2seq.inference.translator import Translation, Translator, TranslatorBase
 
 PROG = "translate.py"
 EXAMPLES = f"""examples:
@@ -77,11 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "sentences", nargs="*", help="sentences to translate; without any, stdin is read line by line"
     )
-    model = parser.add_mutually_exclusive_group(required=True)
-    model.add_argument("--ckpt", metavar="PATH", help="checkpoint written by train.py")
-    model.add_argument(
-        "--model", metavar="DIR", help="CTranslate2 export written by python -m seq2seq.export"
-    )
+    add_model_arguments(parser, "CTranslate2 or transformers export written by python -m seq2seq.export")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument(
         "--interactive", "-i", action="store_true", help="prompt for sentences until EOF (Ctrl-D)"
@@ -263,32 +252,12 @@ def _interactive(translator: TranslatorBase, args: argparse.Namespace, out: Text
             _show_attention(translator, line, args, out)
 
 
-def _load(args: argparse.Namespace) -> tuple[TranslatorBase, DataConfig, str]:
-    """The backend ``--ckpt`` or ``--model`` names, with the decoding overrides, its data config,
-    and what it computes in with the reason (the ``compute = ...`` line of an ``--eval`` report)."""
-    if args.model:
-        exported = load_export(args.model, args.device, args.batch_tokens or DEFAULT_BATCH_TOKENS)
-        translator: TranslatorBase = exported
-        data_config = exported.data_config
-        reason = "the export's weight type"
-    else:
-        device = resolve_device(args.device)
-        loaded = load_model(args.ckpt, map_location=device)
-        batch_tokens = args.batch_tokens or loaded.data_config.eval_max_tokens
-        dtype, reason = resolve_dtype(args.dtype, loaded.model.cfg, device.type)
-        translator = Translator(
-            loaded.model, loaded.tokenizer, loaded.decode_config, device, batch_tokens, dtype
-        )
-        data_config = loaded.data_config
-    translator.decode_cfg = decode_settings(translator.decode_cfg, args)
-    return translator, data_config, f"{translator.compute} ({reason})"
-
-
 def run(args: argparse.Namespace) -> int:
     _check(args)
     if isinstance(sys.stdin, io.TextIOWrapper):  # bytes that are not UTF-8 become U+FFFD, not a crash
         sys.stdin.reconfigure(errors="replace")
-    translator, data_config, compute = _load(args)
+    translator, facts, why = open_model(args.ckpt, args.model, args.device, args.batch_tokens, args.dtype)
+    translator.decode_cfg = decode_settings(translator.decode_cfg, args)
     if args.seed is not None:
         translator.seed(args.seed)
     if args.interactive:
@@ -296,13 +265,13 @@ def run(args: argparse.Namespace) -> int:
             _interactive(translator, args, out)
         return 0
     if args.eval:
-        sources, references = _eval_set(args.eval, data_config)
+        sources, references = _eval_set(args.eval, facts.data_config)
         evaluation = evaluate(translator, sources, references)
         if args.output:
             with _output(args.output) as out:
                 out.writelines(text + "\n" for text in evaluation.hypotheses)
         with _output(None) as out:
-            out.write(format_scores(evaluation.scores) + f"\ncompute = {compute}\n")
+            out.write(format_scores(evaluation.scores) + f"\ncompute = {translator.compute} ({why})\n")
         return 0
     with _output(args.output) as out:
         progress = not args.sentences and _stdin_is_file()  # a pipe or a terminal gets no bar
@@ -314,18 +283,4 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the process exit code instead of raising (tests call this in-process)."""
-    try:
-        return run(build_parser().parse_args(argv))
-    except BrokenPipeError:  # e.g. `| head`: the reader left; stop quietly
-        with contextlib.suppress(OSError, ValueError):
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
-        return 1
-    except UsageError as err:
-        print(f"{PROG}: error: {err} (see --help)", file=sys.stderr)
-        return 2
-    except EXPECTED_ERRORS as err:
-        message = str(err).splitlines()[0] if str(err) else type(err).__name__
-        print(f"{PROG}: error: {message}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 130
+    return run_command(PROG, lambda: run(build_parser().parse_args(argv)), EXPECTED_ERRORS)

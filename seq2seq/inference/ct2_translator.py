@@ -27,24 +27,16 @@ from pathlib import Path
 
 import ctranslate2
 
+from seq2seq.checkpoint import ModelFacts
 from seq2seq.config import DecodeConfig
 from seq2seq.data.batching import pad_ids
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS
 from seq2seq.decoding.steps import Hypothesis, length_penalty, output_limits, rows_by_limit
-from seq2seq.export.bundle import ExportError, load_bundle
-from seq2seq.inference.translator import DEFAULT_BATCH_TOKENS, TranslatorBase
+from seq2seq.export_folder import ExportError
+from seq2seq.hardware import resolve_ct2_device
+from seq2seq.inference.translator import TranslatorBase
 
 BEAM_LENGTH_PENALTY = 1e-12  # see the module docstring: nonzero, yet leaves the scores as they are
-
-
-def resolve_ct2_device(name: str) -> str:
-    """ "auto" -> "cuda" when CTranslate2 sees a GPU, else "cpu"; an unavailable GPU is an error."""
-    gpus = ctranslate2.get_cuda_device_count()
-    if name == "auto":
-        return "cuda" if gpus else "cpu"
-    if name == "cuda" and not gpus:
-        raise ValueError("device 'cuda' requested but CTranslate2 sees no CUDA GPU; use 'cpu' or 'auto'")
-    return name
 
 
 class CT2Translator(TranslatorBase):
@@ -53,23 +45,21 @@ class CT2Translator(TranslatorBase):
     def __init__(
         self,
         directory: str | Path,
-        device: str = "auto",
-        batch_tokens: int = DEFAULT_BATCH_TOKENS,
+        facts: ModelFacts,
+        device: str,
+        batch_tokens: int,
         compute_type: str = "default",
         threads: int = 0,
     ) -> None:
-        """``compute_type`` "default" computes in the exported weight type where the device supports
+        """``facts``: the folder's, as :func:`seq2seq.export_folder.load_bundle` read them.
+        ``compute_type`` "default" computes in the exported weight type where the device supports
         it; ``threads`` 0 lets CTranslate2 choose."""
-        bundle = load_bundle(directory)
-        super().__init__(
-            bundle.tokenizer, bundle.decode_config, bundle.model_config.max_positions, batch_tokens
-        )
-        self.data_config = bundle.data_config  # so that --eval can rebuild the test split
+        super().__init__(facts.tokenizer, facts.decode_config, facts.model_config.max_positions, batch_tokens)
         self.device = resolve_ct2_device(device)
         self._engine_args = {"device": self.device, "compute_type": compute_type, "intra_threads": threads}
         self.directory = Path(directory)
         self.engine = self._load_engine()
-        tokenizer = bundle.tokenizer
+        tokenizer = facts.tokenizer
         self._source_tokens = [tokenizer.src.id_to_token(i) for i in range(tokenizer.src_vocab_size)]
         self._target_ids = {tokenizer.tgt.id_to_token(i): i for i in range(tokenizer.tgt_vocab_size)}
 

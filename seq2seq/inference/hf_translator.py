@@ -21,27 +21,24 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from seq2seq.checkpoint import ModelFacts
 from seq2seq.config import DecodeConfig
 from seq2seq.data.batching import pad_ids
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from seq2seq.decoding.steps import Hypothesis, length_penalty, output_limits, rows_by_limit
-from seq2seq.export.bundle import ExportError, load_bundle
-from seq2seq.inference.translator import DEFAULT_BATCH_TOKENS, TranslatorBase, resolve_device
+from seq2seq.export_folder import ExportError
+from seq2seq.hardware import resolve_device
+from seq2seq.inference.translator import TranslatorBase
 
 
 class HFTranslator(TranslatorBase):
     """A transformers export with the project's tokenizer and decoding settings."""
 
-    def __init__(
-        self, directory: str | Path, device: str = "auto", batch_tokens: int = DEFAULT_BATCH_TOKENS
-    ) -> None:
-        bundle = load_bundle(directory)
-        if bundle.engine != "transformers":
-            raise ExportError(f"{directory} is a {bundle.engine} export, not a transformers one")
-        super().__init__(
-            bundle.tokenizer, bundle.decode_config, bundle.model_config.max_positions, batch_tokens
-        )
-        self.data_config = bundle.data_config  # so that --eval can rebuild the test split
+    def __init__(self, directory: str | Path, facts: ModelFacts, device: str, batch_tokens: int) -> None:
+        """``facts``: the folder's, as :func:`seq2seq.export_folder.load_bundle` read them."""
+        if facts.engine != "transformers":
+            raise ExportError(f"{directory} is a {facts.engine} export, not a transformers one")
+        super().__init__(facts.tokenizer, facts.decode_config, facts.model_config.max_positions, batch_tokens)
         try:
             from transformers import AutoModelForSeq2SeqLM
         except ImportError as err:

@@ -9,7 +9,9 @@ warning the first time.
 
 :class:`TranslatorBase` is that text side, shared by every backend. :class:`Translator` decodes
 with the PyTorch model through :func:`seq2seq.decoding.generate`;
-:class:`seq2seq.inference.ct2_translator.CT2Translator` with a model exported to CTranslate2.
+:class:`seq2seq.inference.ct2_translator.CT2Translator` and
+:class:`seq2seq.inference.hf_translator.HFTranslator` with an exported model. Open one with
+:func:`seq2seq.inference.backends.open_model`.
 """
 
 from __future__ import annotations
@@ -19,17 +21,14 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from itertools import islice
-from pathlib import Path
 
 import numpy as np
 import torch
 
-from seq2seq.checkpoint import load_model
 from seq2seq.config import DataConfig, DecodeConfig
 from seq2seq.data.batching import pack, pad_ids
 from seq2seq.data.tokenizer import EOS_ID, TranslationTokenizer
 from seq2seq.decoding import Hypothesis, generate
-from seq2seq.hardware import AUTO, resolve_dtype
 from seq2seq.model import Transformer
 
 log = logging.getLogger(__name__)
@@ -44,20 +43,6 @@ class Translation:
 
     text: str
     score: float
-
-
-class DeviceError(ValueError):
-    """The requested device is not available."""
-
-
-def resolve_device(name: str | torch.device) -> torch.device:
-    """ "auto" -> the GPU when there is one, else the CPU; an unavailable GPU is an error, not a fallback."""
-    if str(name) == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise DeviceError(f"device {name!r} requested but no CUDA GPU is available; use 'cpu' or 'auto'")
-    return device
 
 
 def one_line(text: str) -> str:
@@ -170,23 +155,6 @@ class Translator(TranslatorBase):
         self.device = torch.device(device)
         self.dtype = dtype  # bf16/fp16 run under autocast; the weights stay as they are
         self.model = model.to(self.device).eval()
-
-    @classmethod
-    def from_checkpoint(
-        cls,
-        path: str | Path,
-        device: str = "auto",
-        batch_tokens: int | None = None,
-        dtype: str = AUTO,
-    ) -> Translator:
-        """Load a checkpoint onto ``device`` ("cpu", "cuda" or "auto") with its own decoding settings;
-        ``batch_tokens`` defaults to its ``data.eval_max_tokens``, as in validation; ``dtype`` is
-        "auto" (chosen from the hardware like the training precision) or a dtype name."""
-        target = resolve_device(device)
-        loaded = load_model(path, map_location=target)
-        batch_tokens = batch_tokens or loaded.data_config.eval_max_tokens
-        compute, _ = resolve_dtype(dtype, loaded.model.cfg, target.type)
-        return cls(loaded.model, loaded.tokenizer, loaded.decode_config, target, batch_tokens, compute)
 
     @property
     def compute(self) -> str:

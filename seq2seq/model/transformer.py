@@ -114,6 +114,10 @@ class Transformer(nn.Module):
     def eos_id(self) -> int:
         return self.special_ids.eos
 
+    def num_parameters(self) -> int:
+        """How many numbers the model learns; a tied embedding counts once."""
+        return sum(p.numel() for p in self.parameters())
+
     def _init_weights(self) -> None:
         """Xavier-uniform matrices; embeddings N(0, d^-1/2) so the √d scaling gives unit variance."""
         for name, param in self.named_parameters():

@@ -3,7 +3,7 @@
 A sentence decoded alone leaves the matrix multiplies tiny; many decoded together cost little
 more. Requests wait in a bounded queue. The worker takes the oldest, waits at most ``max_wait_s``
 for others, groups what it has by identical decoding settings and makes one
-:meth:`Translator.translate` call per group, which packs the sentences into token-budget batches.
+:meth:`TranslatorBase.translate` call per group, which packs the sentences into token-budget batches.
 Each sentence's result is what ``translate`` gives it alone (batched decoding equals one-by-one
 decoding), whatever else is in the batch. Other model work (attention maps) runs on the same
 thread between batches, so the model is never used by two threads at once.
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from seq2seq.config import DecodeConfig
-from seq2seq.inference.translator import Translation, Translator
+from seq2seq.inference.translator import Translation, TranslatorBase
 from seq2seq.serving.metrics import ServingMetrics
 
 log = logging.getLogger(__name__)
@@ -50,11 +50,11 @@ _STOP = object()  # queued by close(): everything before it is still served
 
 
 class DynamicBatcher:
-    """Queue + worker thread around a :class:`Translator`; submit from any thread, get a Future."""
+    """Queue + worker thread around a translator of any backend; submit from any thread, get a Future."""
 
     def __init__(
         self,
-        translator: Translator,
+        translator: TranslatorBase,
         queue_size: int,
         max_wait_s: float = 0.005,
         metrics: ServingMetrics | None = None,
@@ -76,7 +76,7 @@ class DynamicBatcher:
         self._thread.start()
 
     def translate(self, texts: list[str], settings: DecodeConfig) -> Future[list[list[Translation]]]:
-        """Queue ``texts``; the Future gets their n-best lists in order, as ``Translator.translate``."""
+        """Queue ``texts``; the Future gets their n-best lists in order, as ``TranslatorBase.translate``."""
         return self._put(_TranslateJob(texts, settings)).future
 
     def call(self, function: Callable[[], Any]) -> Future[Any]:

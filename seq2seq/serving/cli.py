@@ -14,22 +14,22 @@ import contextlib
 import logging
 import signal
 import socket
-import sys
 from collections.abc import Iterator
 
 import uvicorn
 
-from seq2seq.checkpoint import CheckpointError, load_model
-from seq2seq.command_line import OneLineParser, UsageError
-from seq2seq.export.bundle import ExportError, load_bundle
-from seq2seq.inference.exported import load_export
-from seq2seq.inference.translator import DEFAULT_BATCH_TOKENS, Translator, TranslatorBase, resolve_device
+from seq2seq.checkpoint import CheckpointError, ModelFacts
+from seq2seq.command_line import OneLineParser, UsageError, add_model_arguments, run_command
+from seq2seq.export_folder import ExportError
+from seq2seq.inference.backends import Opened, open_model
+from seq2seq.inference.translator import DEFAULT_BATCH_TOKENS
 from seq2seq.serving.app import create_app
 from seq2seq.serving.batcher import DynamicBatcher
-from seq2seq.serving.service import DEFAULT_MAX_INPUT_CHARS, Limits, ServedModel, TranslationService
+from seq2seq.serving.service import DEFAULT_MAX_INPUT_CHARS, Limits, TranslationService
 
 PROG = "serve.py"
 GRACEFUL_TIMEOUT_S = 30  # requests still running after this long at shutdown are cancelled
+EXPECTED_ERRORS = (CheckpointError, ExportError, ValueError, OSError)  # OSError: e.g. the port is taken
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,12 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG,
         description="Serve a trained seq2seq checkpoint (or an export of one) over HTTP, with a web page.",
     )
-    model = parser.add_mutually_exclusive_group(required=True)
-    model.add_argument("--ckpt", metavar="PATH", help="checkpoint written by train.py")
-    model.add_argument(
-        "--model",
-        metavar="DIR",
-        help="a CTranslate2 or transformers export (python -m seq2seq.export); no attention maps",
+    add_model_arguments(
+        parser, "a CTranslate2 or transformers export (python -m seq2seq.export); no attention maps"
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8000, help="default: 8000; 0 picks a free port")
@@ -85,28 +81,21 @@ def _check(args: argparse.Namespace) -> None:
         raise UsageError(f"--max-wait-ms must be >= 0, got {args.max_wait_ms}")
 
 
-def describe(served: ServedModel) -> str:
+def describe(facts: ModelFacts) -> str:
     """One line about the model: size, shape, training step and validation BLEU."""
-    cfg = served.model_config
-    step = "unknown" if served.step is None else served.step
-    bleu = "unknown" if served.best_bleu is None else f"{served.best_bleu:.2f}"
+    cfg = facts.model_config
+    step = "unknown" if facts.global_step is None else facts.global_step
+    bleu = "unknown" if facts.best_bleu is None else f"{facts.best_bleu:.2f}"
     return (
-        f"model {served.name}: {served.parameters / 1e6:.2f} M parameters (d_model {cfg.d_model}, "
+        f"model {facts.name}: {facts.parameters / 1e6:.2f} M parameters (d_model {cfg.d_model}, "
         f"{cfg.n_encoder_layers}+{cfg.n_decoder_layers} layers, {cfg.n_heads} heads), "
         f"step {step}, val BLEU {bleu}"
     )
 
 
-def load(args: argparse.Namespace) -> tuple[ServedModel, TranslatorBase]:
+def load(args: argparse.Namespace) -> Opened:
     """The checkpoint (PyTorch, float32) or the export that ``--ckpt``/``--model`` names."""
-    if args.model:
-        return ServedModel.of_export(load_bundle(args.model)), load_export(
-            args.model, args.device, args.batch_tokens
-        )
-    device = resolve_device(args.device)
-    loaded = load_model(args.ckpt, map_location=device)
-    translator = Translator(loaded.model, loaded.tokenizer, loaded.decode_config, device, args.batch_tokens)
-    return ServedModel.of_checkpoint(loaded, args.ckpt), translator
+    return open_model(args.ckpt, args.model, args.device, args.batch_tokens, dtype="float32")
 
 
 def listen(host: str, port: int) -> socket.socket:
@@ -137,13 +126,13 @@ def _exit_zero_after_graceful_shutdown() -> Iterator[None]:
 
 def run(args: argparse.Namespace) -> int:
     _check(args)
-    served, translator = load(args)
+    translator, facts, _ = load(args)
     batcher = DynamicBatcher(translator, args.queue_size, args.max_wait_ms / 1000)
-    service = TranslationService(served, batcher, Limits(args.max_input_chars, args.queue_size))
+    service = TranslationService(facts, batcher, Limits(args.max_input_chars, args.queue_size))
     sock = listen(args.host, args.port)
     host, port = sock.getsockname()[:2]
     url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
-    print(f"{describe(served)}, {translator.compute}", flush=True)
+    print(f"{describe(facts)}, {translator.compute}", flush=True)
     print(f"serving on {url} (page {url}/, API docs {url}/docs, metrics {url}/metrics)", flush=True)
     config = uvicorn.Config(
         create_app(service),
@@ -159,14 +148,4 @@ def run(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Run the server until SIGTERM or Ctrl-C; expected failures print one line and return non-zero."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(name)s: %(message)s")
-    try:
-        return run(build_parser().parse_args(argv))
-    except UsageError as err:
-        print(f"{PROG}: error: {err} (see --help)", file=sys.stderr)
-        return 2
-    except (CheckpointError, ExportError, ValueError, OSError) as err:  # OSError: e.g. the port is taken
-        message = str(err).splitlines()[0] if str(err) else type(err).__name__
-        print(f"{PROG}: error: {message}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:  # while loading, before the server handles Ctrl-C itself
-        return 130
+    return run_command(PROG, lambda: run(build_parser().parse_args(argv)), EXPECTED_ERRORS)

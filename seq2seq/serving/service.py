@@ -2,25 +2,22 @@
 
 Kept apart from the FastAPI wiring so the limits and the payloads read as plain Python. Every
 check raises :class:`InputError` with the HTTP status and a one-line message for the client.
-The model is a checkpoint or an export (CTranslate2, transformers): :class:`ServedModel` is what
-the routes need to know of either; only a checkpoint's PyTorch model shows its attention.
+The model is a checkpoint or an export (CTranslate2, transformers): its
+:class:`~seq2seq.checkpoint.ModelFacts` is what the routes need to know of either; only a
+checkpoint's PyTorch model shows its attention.
 """
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path
 
-import torch
 from torch import Tensor
 
-from seq2seq.checkpoint import LoadedModel
-from seq2seq.config import DecodeConfig, ModelConfig
-from seq2seq.export.bundle import ExportedModel
+from seq2seq.checkpoint import ModelFacts
+from seq2seq.config import DecodeConfig
 from seq2seq.inference.attention_views import AttentionKind, translate_with_attention
 from seq2seq.inference.translator import TranslatorBase
-from seq2seq.model import Transformer
 from seq2seq.serving.batcher import DynamicBatcher
 from seq2seq.serving.schemas import (
     MAX_BEAM,
@@ -51,47 +48,11 @@ class Limits:
     queue_size: int = 256
 
 
-@dataclass(frozen=True)
-class ServedModel:
-    """What ``/info`` reports and the routes check, for a checkpoint or an export alike."""
-
-    name: str  # the checkpoint file's or the export folder's
-    model_config: ModelConfig
-    parameters: int
-    src_vocab_size: int
-    tgt_vocab_size: int
-    step: int | None  # optimiser steps trained, when recorded
-    best_bleu: float | None  # best validation BLEU, when recorded
-    attention: bool  # whether /attention can show this model's attention weights
-
-    @classmethod
-    def of_checkpoint(cls, loaded: LoadedModel, path: str | Path) -> ServedModel:
-        tokenizer = loaded.tokenizer
-        parameters = sum(p.numel() for p in loaded.model.parameters())
-        return cls(
-            Path(path).name, loaded.model.cfg, parameters, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size,
-            loaded.global_step, loaded.best_bleu, attention=True,
-        )  # fmt: skip
-
-    @classmethod
-    def of_export(cls, exported: ExportedModel) -> ServedModel:
-        tokenizer, cfg = exported.tokenizer, exported.model_config
-        with torch.device("meta"):  # the same model's parameter count, without allocating it
-            parameters = sum(
-                p.numel()
-                for p in Transformer(cfg, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size).parameters()
-            )
-        return cls(
-            exported.directory.name, cfg, parameters, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size,
-            exported.global_step, exported.best_bleu, attention=False,
-        )  # fmt: skip
-
-
 class TranslationService:
     """The served model behind the batcher, with the checks and payloads of each route."""
 
-    def __init__(self, served: ServedModel, batcher: DynamicBatcher, limits: Limits) -> None:
-        self.served = served
+    def __init__(self, facts: ModelFacts, batcher: DynamicBatcher, limits: Limits) -> None:
+        self.facts = facts
         self.batcher = batcher
         self.limits = limits
 
@@ -105,7 +66,7 @@ class TranslationService:
         beam = beam or default.beam_size
         if nbest is not None and nbest > beam:
             raise InputError(422, f"nbest ({nbest}) must be <= beam ({beam})")
-        max_positions = self.served.model_config.max_positions
+        max_positions = self.facts.model_config.max_positions
         if max_len is not None and max_len > max_positions:
             raise InputError(
                 422, f"max_len ({max_len}) must be <= the model's max_positions ({max_positions})"
@@ -133,7 +94,7 @@ class TranslationService:
 
     async def attention(self, text: str, settings: DecodeConfig) -> AttentionResponse:
         self.check_lengths([text])
-        if not self.served.attention:
+        if not self.facts.attention:
             raise InputError(501, "this server runs an export: attention maps need the checkpoint (--ckpt)")
         if not text.strip():
             raise InputError(422, "text is blank: there is no attention to show")
@@ -152,16 +113,16 @@ class TranslationService:
         )
 
     def info(self) -> InfoResponse:
-        served = self.served
+        facts = self.facts
         return InfoResponse(
-            checkpoint=served.name,
+            checkpoint=facts.name,
             engine=self.translator.compute,
-            parameters=served.parameters,
-            step=served.step,
-            val_bleu=served.best_bleu,
-            src_vocab_size=served.src_vocab_size,
-            tgt_vocab_size=served.tgt_vocab_size,
-            model=asdict(served.model_config),
+            parameters=facts.parameters,
+            step=facts.global_step,
+            val_bleu=facts.best_bleu,
+            src_vocab_size=facts.tokenizer.src_vocab_size,
+            tgt_vocab_size=facts.tokenizer.tgt_vocab_size,
+            model=asdict(facts.model_config),
             decoding=asdict(self.translator.decode_cfg),
             limits={**asdict(self.limits), "max_beam": MAX_BEAM, "max_texts": MAX_TEXTS},
         )

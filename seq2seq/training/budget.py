@@ -4,8 +4,8 @@ A run ends at ``trainer.max_steps``, ``max_epochs`` or ``max_time``, whichever c
 same 30-minute config sees a couple of epochs of the corpus on a slow CPU and dozens on a GPU. A
 run that sees few epochs is limited by underfitting, not overfitting: it trains best without
 dropout and with a learning rate that decays to zero by its end rather than by a fixed step
-count (issue #14, both changes together: 30.2 → 37.9 val BLEU at 962 steps, 46.4 → 48.3-48.8 at
-4,500). So both are set from the budget the run actually gets, measured while it runs.
+count (issue #14's figures: README "Training", Budget). So both are set from the budget the run
+actually gets, measured while it runs.
 """
 
 from __future__ import annotations

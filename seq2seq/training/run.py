@@ -24,7 +24,7 @@ from pytorch_lightning.utilities import rank_zero_only
 from seq2seq.config import CallbacksConfig, ConfigError, LoggerConfig, ModelConfig, OptimConfig, validated_run
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.data.resume import BatchOrder
-from seq2seq.hardware import describe, resolve_precision
+from seq2seq.hardware import describe, device_type, resolve_precision
 from seq2seq.training.budget import Budget
 from seq2seq.training.callbacks import AtomicCheckpointIO, InterruptBetweenBatches, SaveLast
 from seq2seq.training.global_batch import GlobalBatch
@@ -67,13 +67,6 @@ def discard_unstarted_run(run_dir: Path) -> None:
         path.name in STARTUP_FILES or path.match(STARTUP_LOGS) for path in run_dir.iterdir()
     ):
         shutil.rmtree(run_dir, ignore_errors=True)
-
-
-def device_type(accelerator: str) -> str:
-    """What Lightning will train on, for the precision rule: "cuda", "cpu" or the accelerator's name."""
-    if accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available()):
-        return "cuda"
-    return "cpu" if accelerator == "auto" else accelerator
 
 
 def settle_precision(cfg: DictConfig, model_cfg: ModelConfig) -> list[str]:
@@ -173,7 +166,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
         skip_nonfinite=cfg.skip_nonfinite,
         tokenizer=datamodule.tokenizer,
     )
-    n_params = sum(p.numel() for p in module.model.parameters())
+    n_params = module.model.num_parameters()
     log.info("model: %.2fM parameters; run directory: %s", n_params / 1e6, run_dir)
     if cfg.compile:
         module.model.compile()  # in place, so checkpoint keys stay unchanged

@@ -1,4 +1,7 @@
-"""What an exported model directory holds besides the inference engine's own files.
+"""The export folder format, the second on-disk format beside the checkpoint's: what an exported
+model directory holds besides the inference engine's own files, how it is written, and how it is
+read back. The exporters (:mod:`seq2seq.export`) write it; the translators (:mod:`seq2seq.inference`)
+read it.
 
 An export is self-contained like a checkpoint: next to the engine's own files (CTranslate2's
 ``model.bin``, transformers' ``model.safetensors``, each with its ``config.json``), it keeps the
@@ -14,12 +17,15 @@ import json
 import os
 import shutil
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
-from seq2seq.checkpoint import LoadedModel
+import torch
+
+from seq2seq.checkpoint import LoadedModel, ModelFacts
 from seq2seq.config import DataConfig, DecodeConfig, ModelConfig
 from seq2seq.data.tokenizer import TranslationTokenizer
+from seq2seq.model import Transformer
 
 METADATA_FILE = "seq2seq.json"
 ENGINES = ("ctranslate2", "transformers")  # seq2seq.json's "format" is "seq2seq/<engine>"
@@ -28,21 +34,6 @@ VERSION = 1
 
 class ExportError(ValueError):
     """An export cannot be written or read; the message is one line that names the cause."""
-
-
-@dataclass
-class ExportedModel:
-    """The configs and tokenizer of an export; the weights stay with the engine."""
-
-    directory: Path
-    model_config: ModelConfig
-    decode_config: DecodeConfig
-    data_config: DataConfig
-    tokenizer: TranslationTokenizer
-    quantization: str  # the weight type the export was written with
-    engine: str = "ctranslate2"  # one of ENGINES
-    global_step: int | None = None  # the checkpoint's, when it recorded one
-    best_bleu: float | None = None
 
 
 def save_bundle(
@@ -102,8 +93,9 @@ def staged_directory(out_dir: Path) -> Iterator[Path]:
             shutil.rmtree(leftover, ignore_errors=True)
 
 
-def load_bundle(directory: str | Path) -> ExportedModel:
-    """Read the configs and tokenizer of an export; every failure is an :class:`ExportError`."""
+def load_bundle(directory: str | Path) -> ModelFacts:
+    """Read the configs and tokenizer of an export (the weights stay with the engine); every failure
+    is an :class:`ExportError`."""
     directory = Path(directory)
     if not directory.is_dir():
         raise ExportError(f"exported model not found: {directory} is not a directory")
@@ -116,17 +108,18 @@ def load_bundle(directory: str | Path) -> ExportedModel:
         engine = str(metadata.get("format")).removeprefix("seq2seq/")
         if engine not in ENGINES or metadata.get("version") != VERSION:
             raise ValueError(f"format {metadata.get('format')!r} version {metadata.get('version')!r}")
-        return ExportedModel(
-            directory,
-            ModelConfig(**metadata["model_config"]),
-            DecodeConfig(**metadata["decode_config"]),
-            DataConfig(**metadata["data_config"]),
-            TranslationTokenizer.load(directory),
-            metadata["quantization"],
-            engine,
+        model_config = ModelConfig(**metadata["model_config"])
+        decode_config = DecodeConfig(**metadata["decode_config"])
+        data_config = DataConfig(**metadata["data_config"])
+        tokenizer = TranslationTokenizer.load(directory)
+        with torch.device("meta"):  # the model's parameter count, without allocating its weights
+            model = Transformer(model_config, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size)
+        return ModelFacts(
+            directory.name, engine, model_config, decode_config, data_config, tokenizer,
+            model.num_parameters(),
             metadata.get("global_step"),  # exports written before these were recorded lack them
             metadata.get("best_bleu"),
-        )
+        )  # fmt: skip
     except Exception as err:  # bad JSON, another version, a missing tokenizer file: all mean "unusable"
         message = str(err).splitlines()[0] if str(err) else ""
         raise ExportError(f"{directory}: unusable export ({type(err).__name__}: {message})") from err

@@ -1,0 +1,83 @@
+"""One way to open a model for translation, from a checkpoint (``--ckpt``) or an export folder
+(``--model``): the translator of the engine that runs it, and the record of the model's facts.
+
+translate.py, serve.py, the benchmarks and the tests all open a model here, and each file is read
+once. A checkpoint runs on the PyTorch Transformer (:data:`seq2seq.checkpoint.PYTORCH`); an export
+folder on the backend that :data:`BACKENDS` names for its engine. Each engine's library is imported
+only when its folder is opened.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import NamedTuple
+
+from seq2seq.checkpoint import ModelFacts, load_model
+from seq2seq.export_folder import load_bundle
+from seq2seq.hardware import AUTO, resolve_device, resolve_dtype
+from seq2seq.inference.translator import DEFAULT_BATCH_TOKENS, Translator, TranslatorBase
+
+EXPORT_COMPUTE = "the export's weight type"  # why an export computes in the number type it does
+
+
+class Opened(NamedTuple):
+    """A model ready to translate."""
+
+    translator: TranslatorBase
+    facts: ModelFacts
+    why: str  # why the translator computes in its number type (its `compute`), e.g. "set explicitly"
+
+
+def _ctranslate2(directory: Path, facts: ModelFacts, device: str, batch_tokens: int) -> TranslatorBase:
+    from seq2seq.inference.ct2_translator import CT2Translator
+
+    return CT2Translator(directory, facts, device, batch_tokens)
+
+
+def _transformers(directory: Path, facts: ModelFacts, device: str, batch_tokens: int) -> TranslatorBase:
+    from seq2seq.inference.hf_translator import HFTranslator
+
+    return HFTranslator(directory, facts, device, batch_tokens)
+
+
+# engine of an export folder -> (folder, its facts, device, batch tokens) -> its translator
+BACKENDS: dict[str, Callable[[Path, ModelFacts, str, int], TranslatorBase]] = {
+    "ctranslate2": _ctranslate2,
+    "transformers": _transformers,
+}
+
+
+def open_model(
+    ckpt: str | Path | None = None,
+    model: str | Path | None = None,
+    device: str = "auto",
+    batch_tokens: int | None = None,
+    dtype: str = AUTO,
+) -> Opened:
+    """The checkpoint ``ckpt`` or the export folder ``model`` (give one), as ``--ckpt``/``--model``
+    name them, on ``device`` ("cpu", "cuda" or "auto") with its own decoding settings.
+
+    ``batch_tokens`` defaults to a checkpoint's ``data.eval_max_tokens``, as in validation, and to
+    :data:`DEFAULT_BATCH_TOKENS` for an export. ``dtype`` ("auto": chosen from the hardware like the
+    training precision, or a name of ``INFERENCE_DTYPES``) applies to a checkpoint; an export computes
+    in its weight type. A bad folder is an :class:`~seq2seq.export_folder.ExportError`.
+    """
+    if (ckpt is None) == (model is None):
+        raise TypeError("open_model takes either ckpt or model")
+    if ckpt is not None:
+        return _open_checkpoint(ckpt, device, batch_tokens, dtype)
+    facts = load_bundle(model)
+    translator = BACKENDS[facts.engine](Path(model), facts, device, batch_tokens or DEFAULT_BATCH_TOKENS)
+    return Opened(translator, facts, EXPORT_COMPUTE)
+
+
+def _open_checkpoint(path: str | Path, device: str, batch_tokens: int | None, dtype: str) -> Opened:
+    target = resolve_device(device)
+    loaded = load_model(path, map_location=target)
+    compute, why = resolve_dtype(dtype, loaded.model.cfg, target.type)
+    batch_tokens = batch_tokens or loaded.data_config.eval_max_tokens
+    translator = Translator(
+        loaded.model, loaded.tokenizer, loaded.decode_config, target, batch_tokens, compute
+    )
+    return Opened(translator, loaded.facts(path), why)
