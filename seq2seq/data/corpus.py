@@ -59,10 +59,10 @@ def _build(source: Source, cfg: DataConfig, directory: Path) -> None:
     tally = malformed.Tally(FORMATS[source.format].unit)
     _write_arrow(read_pairs(source, cfg, tally), directory / _PAIRS_FILE)
     stats = tally.stats()
+    if stats["pairs"] == 0 and stats["malformed"]:
+        raise malformed.error(stats)
     if stats["pairs"] == 0:
-        total = stats["malformed_lines"]
-        detail = f"all {total} {tally.unit}s are malformed" if total else f"it has no {tally.unit}s"
-        raise DataError(f"corpus {', '.join(map(str, source.files))} holds no usable pairs: {detail}")
+        raise DataError(f"corpus {', '.join(map(str, source.files))} has no {tally.unit}s")
     (directory / "stats.json").write_text(json.dumps(stats, indent=1))
 
 

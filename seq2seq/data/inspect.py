@@ -83,7 +83,7 @@ def _held_out_line(report: Report, cfg: DataConfig) -> str:
     line = f"distinct sources: {report.distinct_sources:,}; data.valid_size + data.test_size = {held_out:,}"
     if report.distinct_sources <= held_out:
         return f"{line}: too many to hold out, lower them"
-    return f"{line} of them are held out for validation and test"
+    return f"{line} of them are held out"
 
 
 def render(report: Report, cfg: DataConfig) -> str:
@@ -110,7 +110,8 @@ def render(report: Report, cfg: DataConfig) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Print the report; a bad override or corpus is one ``error:`` line and exit status 1."""
+    """Print the report; exit status 1 when training would stop on this corpus, or on bad input
+    (one ``error:`` line)."""
     try:
         cfg = data_config(sys.argv[1:] if argv is None else argv)
         report = describe(cfg)
@@ -118,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 1
     print(render(report, cfg))
-    return 0
+    return 1 if report.verdict else 0
 
 
 if __name__ == "__main__":

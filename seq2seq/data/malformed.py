@@ -83,21 +83,25 @@ def share(stats: dict) -> float:
     return stats["malformed_lines"] / max(1, stats["pairs"] + stats["malformed_lines"])
 
 
-def check(stats: dict, limit: float) -> None:
-    """Raise the one-line :class:`DataError` when the malformed share exceeds ``limit``; log the
-    counts per cause when there are some below it."""
-    malformed = stats["malformed"]
-    if not malformed:
-        return
+def error(stats: dict, limit: float | None = None) -> DataError:
+    """The one line that stops a run: the file, the count, the first bad record of the commonest
+    cause and its fix; ``limit`` is the share that was exceeded (None: nothing was usable)."""
+    malformed, total, unit = stats["malformed"], stats["malformed_lines"], stats["unit"]
     by_count = sorted(malformed.items(), key=lambda item: -item[1]["count"])
     counts = ", ".join(f"{entry['count']:,} {cause}" for cause, entry in by_count)
-    total, unit = stats["malformed_lines"], stats["unit"]
-    if share(stats) <= limit:
-        log.warning("skipped %d malformed %ss: %s", total, unit, counts)
-        return
+    over = "" if limit is None else f", over data.max_malformed_share={limit:g}"
     cause, first = by_count[0]
-    read = stats["pairs"] + total
-    raise DataError(
-        f"{first['file']}: {total:,} of {read:,} {unit}s are malformed ({counts}), "
-        f"over data.max_malformed_share={limit:g}; first {cause} at {unit} {first['line']}: {first['fix']}"
+    return DataError(
+        f"{first['file']}: {total:,} of {stats['pairs'] + total:,} {unit}s are malformed ({counts}){over}; "
+        f"first {cause} at {unit} {first['line']}: {first['fix']}"
     )
+
+
+def check(stats: dict, limit: float) -> None:
+    """Raise :func:`error` when the malformed share exceeds ``limit``; below it, log the counts."""
+    if not stats["malformed"]:
+        return
+    if share(stats) > limit:
+        raise error(stats, limit)
+    counts = ", ".join(f"{entry['count']:,} {cause}" for cause, entry in stats["malformed"].items())
+    log.warning("skipped %d malformed %ss: %s", stats["malformed_lines"], stats["unit"], counts)

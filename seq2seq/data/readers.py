@@ -132,14 +132,17 @@ def _read_tsv(source: Source, cfg: DataConfig, tally: Tally) -> Iterator[Record]
 
 
 def _csv_rows(path: Path, cfg: DataConfig, tally: Tally) -> Iterator[tuple[int, list[str]]]:
+    """Each record with the line it starts on (a quoted field may hold line breaks)."""
     with _text(path, cfg.encoding, "") as handle:
         reader = csv.reader(handle)
+        start = 1
         try:
             for fields in reader:
-                if reader.line_num == 1 and fields:
+                if start == 1 and fields:
                     fields[0] = fields[0].removeprefix("\ufeff")
-                if _decodable("\n".join(fields), path, reader.line_num, cfg, tally):
-                    yield reader.line_num, fields
+                if _decodable("\n".join(fields), path, start, cfg, tally):
+                    yield start, fields
+                start = reader.line_num + 1
         except csv.Error as err:
             raise DataError(f"{path}: line {reader.line_num}: {err} (a quote that is never closed?)") from err
 
