@@ -92,8 +92,8 @@ class DataConfig:
     direction: str = "en-es"  # "<src>-<tgt>", both named in `columns`
     hub_dataset: str | None = None  # opt-in: HF hub dataset name (needs internet)
     hub_config: str | None = None  # hub dataset config, e.g. "en-es"
-    hub_split: str = "train"  # hub split to read
-    hub_translation_field: str | None = "translation"  # nested {lang: text} field, or None for flat columns
+    hub_split: str = "train"  # split to read of a hub dataset or of a save_to_disk DatasetDict folder
+    hub_translation_field: str | None = "translation"  # field of {lang: text} where no column is a language
     valid_size: int = 2000  # source sentences held out for validation
     test_size: int = 2000  # source sentences held out for testing
     split_seed: int = 1234  # seed of the grouped train/valid/test split

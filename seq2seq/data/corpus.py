@@ -84,7 +84,8 @@ def cache_root(cfg: DataConfig) -> Path:
 
 
 def _hub_pairs(batch: dict, field: str | None, src_lang: str, tgt_lang: str) -> dict[str, list[str]]:
-    if field:
+    """Both languages' texts: their columns, or their keys in ``field`` where there are none (as locally)."""
+    if field and not (src_lang in batch and tgt_lang in batch):
         src, tgt = [row[src_lang] for row in batch[field]], [row[tgt_lang] for row in batch[field]]
     else:
         src, tgt = batch[src_lang], batch[tgt_lang]
