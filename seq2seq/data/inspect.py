@@ -65,7 +65,7 @@ def _vocabulary_lines(report: Report, cfg: DataConfig) -> list[str]:
     labels = ["shared"] if cfg.shared_vocab else ["source", "target"]
     for label, suggestion in zip(labels, report.vocabulary, strict=True):
         shares = [suggestion.shares.get(size) for size in sizes]
-        cells = (f"{share:>8.0%}" if share is not None else " " * 8 for share in shares)
+        cells = (f"{share:>8.1%}" if share is not None else " " * 8 for share in shares)
         lines.append(f"  {label:<14}" + "".join(cells))
     size = min(suggestion.size for suggestion in report.vocabulary)
     met = all(suggestion.met for suggestion in report.vocabulary)

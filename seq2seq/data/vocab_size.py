@@ -9,7 +9,8 @@ every size.
 The suggestion follows Gowda and May, "Finding the Optimal Vocabulary Size for Neural Machine
 Translation" (Findings of EMNLP 2020): the largest size at which at least 95 % of the subword
 types occur at least 100 times in the training data, since rarer types get too few updates to
-learn useful embeddings. Counts in the sample are scaled to the whole corpus.
+learn useful embeddings. The types judged are the merged subwords: the special tokens and the 256
+bytes are in a byte-level vocabulary of any size. Counts in the sample are scaled to the corpus.
 """
 
 from __future__ import annotations
@@ -19,8 +20,6 @@ from dataclasses import dataclass
 
 import numpy as np
 from tokenizers import Tokenizer
-
-from seq2seq.data.tokenizer import SPECIAL_TOKENS
 
 CANDIDATES = (500, 1000, 2000, 4000, 8000, 16000, 32000)  # sizes the suggestion chooses among
 MIN_OCCURRENCES = 100  # Gowda and May's threshold: a type needs this many occurrences...
@@ -36,6 +35,7 @@ class MergeTree:
         self.size = len(vocab)
         pairs = [merge if isinstance(merge, list) else merge.split(" ") for merge in model["merges"]]
         self.merges = np.array([(vocab[a], vocab[b], vocab[a + b]) for a, b in pairs], dtype=np.int64)
+        self.first_merged = int(self.merges[:, 2].min()) if len(self.merges) else self.size  # after the bytes
 
     def pieces(self, size: int) -> np.ndarray:
         """How many tokens of a ``size``-token BPE each token of this one is, shape (self.size,)."""
@@ -79,8 +79,8 @@ def suggest(tree: MergeTree, ids: list[list[int]], scale: float) -> Suggestion:
     counts = np.bincount(flat, minlength=tree.size)
     shares = {}
     for size in (c for c in CANDIDATES if c <= tree.size):
-        scaled = tree.counts(counts, size)[len(SPECIAL_TOKENS) :] * scale
-        used = scaled[scaled > 0]  # bytes that never occur are no types of this corpus
+        scaled = tree.counts(counts, size)[tree.first_merged :] * scale
+        used = scaled[scaled > 0]
         shares[size] = float((used >= MIN_OCCURRENCES).mean()) if len(used) else 0.0
     meeting = [size for size, share in shares.items() if share >= MIN_SHARE]
     if meeting:
