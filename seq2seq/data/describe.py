@@ -98,7 +98,7 @@ def describe(cfg: DataConfig) -> Report:
     start = time.perf_counter()
     pairs, stats = corpus.read_corpus(cfg)
     report = Report(stats, _verdict(stats, cfg), 0, 0, 0)
-    _whole_corpus(pairs.data.table, cfg, report)
+    _whole_corpus(pairs.with_format("arrow")[:], cfg, report)  # as selected (a hub dataset is filtered)
     _sampled_tokens(pairs, cfg, report)
     report.seconds = time.perf_counter() - start
     return report
