@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from seq2seq.data.describe import describe
-from seq2seq.data.inspect import data_config, main
+from seq2seq.data.inspect import data_config, main, render
 
 LONG = " ".join(f"Wort{i}" for i in range(40))
 
@@ -71,6 +71,17 @@ def test_the_command_prints_the_report_and_the_stop_training_would_make(
         assert line in out, line
     stop = [line for line in out if line.startswith("training would stop: ")]
     assert len(stop) == 1 and "first wrong_columns at line 21: it holds no tab" in stop[0]
+
+
+def test_separate_vocabularies_get_a_suggestion_each(tmp_path: Path) -> None:
+    cfg = replace(data_config(_overrides(tmp_path, "data.shared_vocab=false")), max_malformed_share=0.05)
+    report = describe(cfg)
+    assert len(report.vocabulary) == 2
+    table = render(report, cfg).splitlines()
+    assert [line.split()[0] for line in table if line.startswith(("  source ", "  target "))] == [
+        "source",
+        "target",
+    ]
 
 
 @pytest.mark.parametrize(

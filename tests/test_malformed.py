@@ -84,6 +84,7 @@ def test_a_file_in_another_encoding_names_it_and_reads_with_it(
 def test_the_guess_reads_the_bytes() -> None:
     assert guess_encoding("¿Qué tal, señor?".encode("latin-1")).endswith("data.encoding=latin-1")
     assert guess_encoding("it’s".encode("cp1252")).endswith("data.encoding=cp1252")
+    assert guess_encoding("¿Qué tal?".encode()).endswith("data.encoding=utf-8")  # read as ASCII, say
     assert guess_encoding(b"\x81\x8d").startswith("set data.encoding to the file's encoding")
 
 

@@ -78,7 +78,8 @@ def _sampled_tokens(pairs: datasets.Dataset, cfg: DataConfig, report: Report) ->
     size = max(vocab_size.CANDIDATES[-1], cfg.vocab_size)
     tokenizer = TranslationTokenizer.train(iter(src), iter(tgt), size, cfg.shared_vocab)
     ids = {"src": tokenizer.encode_source(src), "tgt": tokenizer.encode_target(tgt)}
-    trees = {"src": vocab_size.MergeTree(tokenizer.src), "tgt": vocab_size.MergeTree(tokenizer.tgt)}
+    src_tree = vocab_size.MergeTree(tokenizer.src)
+    trees = {"src": src_tree, "tgt": src_tree if tokenizer.shared else vocab_size.MergeTree(tokenizer.tgt)}
     tokens = {}
     for side, lang in (("src", cfg.source_lang), ("tgt", cfg.target_lang)):
         tokens[side] = vocab_size.lengths(ids[side], trees[side].pieces(cfg.vocab_size))

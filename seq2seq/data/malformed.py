@@ -25,7 +25,7 @@ CAUSES = {  # cause -> what it means, as the log and `python -m seq2seq.data.ins
     "not_text": "a value that is not a string",
     "empty_side": "an empty source or target",
 }
-_SAMPLE_BYTES = 4096  # undecodable bytes kept to guess the file's encoding from
+_SAMPLE_BYTES = 4096  # undecodable lines kept (whole) to guess the file's encoding from
 _WINDOWS_1252_ONLY = range(0x80, 0xA0)  # printable in cp1252, control characters in Latin-1
 
 
@@ -33,6 +33,11 @@ def guess_encoding(sample: bytes) -> str:
     """The likely fix for lines that ``data.encoding`` cannot decode, judged from their bytes."""
     if b"\x00" in sample:
         return "NUL bytes: looks like UTF-16: set data.encoding=utf-16"
+    try:
+        sample.decode("utf-8")
+        return "looks like UTF-8: set data.encoding=utf-8"
+    except UnicodeDecodeError:
+        pass
     if any(byte in _WINDOWS_1252_ONLY for byte in sample):
         try:
             sample.decode("cp1252")
@@ -63,7 +68,7 @@ class Tally:
         """Count a record with bytes the encoding cannot decode; keeps some for the guess."""
         self.bad("undecodable", file, line, fix="")
         if len(self._sample) < _SAMPLE_BYTES:
-            self._sample += raw[: _SAMPLE_BYTES - len(self._sample)]
+            self._sample += raw
 
     def stats(self) -> dict:
         """JSON-able counts for the corpus cache's ``stats.json``."""

@@ -74,7 +74,7 @@ def _expand(pattern: str) -> list[Path]:
     raise DataError(f"data.path {pattern!r} matches no file (looked in {', '.join(map(str, bases))})")
 
 
-def language_of(path: Path) -> str:
+def _language_of(path: Path) -> str:
     """The language a file's last suffix names (``train.en.gz`` -> ``en``)."""
     return Path(path.name.removesuffix(".gz")).suffix.removeprefix(".")
 
@@ -89,7 +89,7 @@ def _aligned(paths: list[Path], cfg: DataConfig, listed: bool) -> Source:
             f"needs one per language of data.columns {columns}"
         )
     if not listed:
-        by_language = {language_of(path): path for path in paths}
+        by_language = {_language_of(path): path for path in paths}
         if sorted(by_language) != sorted(columns):
             raise DataError(
                 f"data.path matches {', '.join(p.name for p in paths)}: to tell their languages apart, "
@@ -97,7 +97,7 @@ def _aligned(paths: list[Path], cfg: DataConfig, listed: bool) -> Source:
             )
         paths = [by_language[language] for language in columns]
     for path, language in zip(paths, columns, strict=True):
-        if language_of(path) in columns and language_of(path) != language:
+        if _language_of(path) in columns and _language_of(path) != language:
             raise DataError(
                 f"data.path lists {path.name} where data.columns {columns} has {language}: "
                 f"list the files in the order of data.columns"
