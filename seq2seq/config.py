@@ -12,6 +12,7 @@ no dataclass: its keys are ``pytorch_lightning.Trainer`` arguments, with the pro
 
 from __future__ import annotations
 
+import codecs
 import re
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any, get_type_hints
@@ -89,13 +90,13 @@ class ModelConfig:
 class DataConfig:
     """Where the parallel corpus comes from and how it becomes batches."""
 
-    path: str | None = "data/spa-eng/spa.txt.gz"  # local TSV/CSV/JSONL of pairs (.gz ok)
+    path: Any = "data/spa-eng/spa.txt.gz"  # a corpus file, folder, or aligned text files (data/sources.py)
     columns: list[str] = field(default_factory=lambda: ["en", "es"])  # language of each column
     direction: str = "en-es"  # "<src>-<tgt>", both named in `columns`
     hub_dataset: str | None = None  # opt-in: HF hub dataset name (needs internet)
     hub_config: str | None = None  # hub dataset config, e.g. "en-es"
-    hub_split: str = "train"  # hub split to read
-    hub_translation_field: str | None = "translation"  # nested {lang: text} field, or None for flat columns
+    hub_split: str = "train"  # split to read of a hub dataset or of a save_to_disk DatasetDict folder
+    hub_translation_field: str | None = "translation"  # field of {lang: text} where no column is a language
     valid_size: int = 2000  # source sentences held out for validation
     test_size: int = 2000  # source sentences held out for testing
     split_seed: int = 1234  # seed of the grouped train/valid/test split
@@ -109,6 +110,9 @@ class DataConfig:
     num_workers: int = 1  # dataloader worker processes
     cache_dir: str = "~/.cache/seq2seq"  # cleaned corpus, split, tokenizers and encodings
     lock_timeout_s: float = 3600.0  # how long a process waits for another one building a cache
+    encoding: str = "utf-8"  # text encoding of a local TSV, CSV, JSONL or aligned text file
+    header: bool | None = None  # TSV/CSV: the first line names the columns: true, false, null = detect
+    max_malformed_share: float = 0.01  # stop before training when more of the corpus is malformed
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "max_length", "max_tokens", "eval_max_tokens", "tokenizer_max_pairs"):
@@ -118,6 +122,7 @@ class DataConfig:
                 raise ConfigError(f"data.{name} must be >= 0, got {getattr(self, name)}")
         if self.path is None and self.hub_dataset is None:
             raise ConfigError("data.path or data.hub_dataset must be set")
+        self._check_source()
         if self.too_long not in ("drop", "truncate"):
             raise ConfigError(f"data.too_long must be 'drop' or 'truncate', got {self.too_long!r}")
         _positive("data.lock_timeout_s", self.lock_timeout_s)
@@ -135,6 +140,18 @@ class DataConfig:
                 f"data.max_tokens ({self.max_tokens}) is smaller than the longest allowed "
                 f"sentence (data.max_length + 2 = {self.max_length + 2})"
             )
+
+    def _check_source(self) -> None:
+        """``path`` is one path (a glob allowed) or a list of paths; an encoding Python knows."""
+        paths = self.path if isinstance(self.path, list | tuple) else [self.path]
+        if self.path is not None and (not paths or not all(isinstance(p, str) and p for p in paths)):
+            raise ConfigError(f"data.path must be a path or a list of paths, got {self.path!r}")
+        try:
+            codecs.lookup(self.encoding)
+        except LookupError as err:
+            raise ConfigError(f"data.encoding: unknown encoding {self.encoding!r}") from err
+        if not 0.0 <= self.max_malformed_share <= 1.0:
+            raise ConfigError(f"data.max_malformed_share must be in [0, 1], got {self.max_malformed_share}")
 
     @property
     def source_lang(self) -> str:

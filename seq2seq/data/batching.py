@@ -32,6 +32,11 @@ def pair_lengths(src_len: np.ndarray, tgt_len: np.ndarray) -> np.ndarray:
     return np.maximum(src_len + 1, tgt_len + 1)
 
 
+def too_long(lengths: np.ndarray, max_length: int) -> np.ndarray:
+    """Which pairs of :func:`pair_lengths` ``lengths`` have a side over ``max_length`` tokens, shape (N,)."""
+    return lengths > max_length + 1  # a length counts one special token
+
+
 def pad_ids(rows: list[list[int]]) -> torch.Tensor:
     """Right-pad id lists with PAD_ID into one (B, longest) long tensor."""
     out = torch.full((len(rows), max(map(len, rows))), PAD_ID, dtype=torch.long)

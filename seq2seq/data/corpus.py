@@ -1,21 +1,18 @@
 """Parallel corpus -> cleaned Arrow dataset with ``src``/``tgt`` columns, cached on disk.
 
-The text is streamed line by line into an Arrow file in record batches, so the corpus is
-never held in Python lists; the result is memory-mapped. Malformed lines are
-skipped and counted rather than crashing a long job on one bad byte. The cache name
-hashes the file's bytes and the column layout, so an edited corpus is re-read, and an
-unchanged one, wherever it was copied, loads from the cache. The split is cached too:
-three index arrays beside the corpus, so no text is stored twice.
+The corpus (any format of :mod:`seq2seq.data.sources`, read by :mod:`seq2seq.data.readers`) is
+streamed into an Arrow file in record batches, so it is never held in Python lists; the result is
+memory-mapped. Malformed records are skipped and counted per cause; too many of them stop the
+run before training (:mod:`seq2seq.data.malformed`). The cache name hashes the files' bytes and
+every option that changes what is read, so an edited corpus is re-read, and an unchanged one,
+wherever it was copied, loads from the cache. The split is cached too: three index arrays beside
+the corpus, so no text is stored twice.
 """
 
 from __future__ import annotations
 
-import csv
-import gzip
 import hashlib
 import json
-import logging
-from collections import Counter
 from collections.abc import Iterator
 from functools import partial
 from itertools import islice
@@ -27,100 +24,22 @@ import pyarrow as pa
 from datasets.table import MemoryMappedTable
 
 from seq2seq.config import DataConfig, DataError
-from seq2seq.data.cache import build_once, digest, file_digest
+from seq2seq.data import malformed
+from seq2seq.data.cache import build_once, digest
+from seq2seq.data.readers import FORMATS, read_pairs
+from seq2seq.data.sources import Source, locate
 
-log = logging.getLogger("seq2seq.data")
-
-_FORMAT_VERSION = 3  # bump when the cleaning rules or the cache layout change, to invalidate old caches
-_REPO_ROOT = Path(__file__).resolve().parents[2]  # seq2seq/data/corpus.py -> the checkout
+_FORMAT_VERSION = 4  # bump when the cleaning rules or the cache layout change, to invalidate old caches
 _FEATURES = datasets.Features({"src": datasets.Value("string"), "tgt": datasets.Value("string")})
-_SUFFIXES = (".tsv", ".txt", ".csv", ".jsonl")
 _BATCH = 10_000  # rows per Arrow batch when writing the corpus or scanning a column
 _PAIRS_FILE = "pairs.arrow"
 _SPLIT_FILE = "split.npz"
 
 
-def resolve_path(path: str) -> Path:
-    """Find ``path`` relative to the working dir, then to the repo root (Hydra may chdir)."""
-    candidate = Path(path).expanduser()
-    if candidate.is_absolute():
-        if candidate.is_file():
-            return candidate
-        raise DataError(f"corpus file not found: {candidate}")
-    for base in (Path.cwd(), _REPO_ROOT):
-        if (base / candidate).is_file():
-            return (base / candidate).resolve()
-    raise DataError(f"corpus file not found: {path} (looked in {Path.cwd()} and {_REPO_ROOT})")
-
-
-def _text_lines(path: Path, counts: Counter) -> Iterator[str]:
-    """Decoded lines without line endings; a leading BOM and bad UTF-8 lines are dropped."""
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as handle:
-        for number, raw in enumerate(handle):
-            try:
-                line = raw.decode("utf-8").rstrip("\r\n")
-            except UnicodeDecodeError:
-                counts["bad_utf8"] += 1
-                continue
-            if number == 0:
-                line = line.removeprefix("\ufeff")
-            if line.strip():
-                yield line
-
-
-def _rows(path: Path, columns: tuple[str, ...], counts: Counter) -> Iterator[list | None]:
-    """One list of fields per record, or None for a record that cannot be parsed."""
-    lines = _text_lines(path, counts)
-    kind = path.name.removesuffix(".gz").rsplit(".", 1)[-1]
-    if kind == "csv":
-        yield from csv.reader(lines)
-    elif kind == "jsonl":
-        for line in lines:
-            try:
-                record = json.loads(line)
-                yield [record[column] for column in columns] if isinstance(record, dict) else None
-            except (json.JSONDecodeError, KeyError):
-                yield None
-    else:
-        for line in lines:
-            yield line.split("\t")
-
-
-def _clean_pairs(
-    path: Path, columns: tuple[str, ...], src_col: str, tgt_col: str, counts: Counter
-) -> Iterator[tuple[str, str]]:
-    """(source, target) of every usable record; tallies skipped records in ``counts``."""
-    src_index, tgt_index = columns.index(src_col), columns.index(tgt_col)
-    for fields in _rows(path, columns, counts):
-        if fields is None or len(fields) != len(columns) or not all(isinstance(f, str) for f in fields):
-            counts["wrong_columns"] += 1
-            continue
-        src, tgt = fields[src_index].strip(), fields[tgt_index].strip()
-        if not src or not tgt:
-            counts["empty_side"] += 1
-            continue
-        counts["pairs"] += 1
-        yield src, tgt
-
-
-def _cache_name(path: Path, cfg: DataConfig) -> str:
-    key = json.dumps([_FORMAT_VERSION, file_digest(path), list(cfg.columns), cfg.direction])
-    return "corpus-" + digest(key)
-
-
-def _line_stats(path: Path, counts: Counter) -> dict[str, int]:
-    """Counts for ``stats.json``; logs skipped lines once and rejects a corpus without pairs."""
-    by_reason = {
-        f"malformed_{reason}": counts[reason] for reason in ("bad_utf8", "wrong_columns", "empty_side")
-    }
-    malformed = sum(by_reason.values())
-    if counts["pairs"] == 0:
-        detail = f"all {malformed} lines are malformed" if malformed else "it has no lines"
-        raise DataError(f"corpus {path} holds no usable pairs: {detail}")
-    if malformed:
-        log.warning("skipped %d malformed lines of %s: %s", malformed, path, by_reason)
-    return {"pairs": counts["pairs"], "malformed_lines": malformed, **by_reason}
+def _cache_name(source: Source, cfg: DataConfig) -> str:
+    options = {name: getattr(cfg, name) for name in FORMATS[source.format].options}
+    key = [_FORMAT_VERSION, source.format, source.digests(), list(cfg.columns), cfg.direction, options]
+    return "corpus-" + digest(json.dumps(key))
 
 
 def _write_arrow(pairs: Iterator[tuple[str, str]], path: Path) -> None:
@@ -135,26 +54,23 @@ def _write_arrow(pairs: Iterator[tuple[str, str]], path: Path) -> None:
             )
 
 
-def _build(path: Path, cfg: DataConfig, directory: Path) -> None:
-    """Write the cleaned pairs and their counts into ``directory``."""
-    counts: Counter = Counter()
-    pairs = _clean_pairs(path, tuple(cfg.columns), cfg.source_lang, cfg.target_lang, counts)
-    _write_arrow(pairs, directory / _PAIRS_FILE)
-    stats = _line_stats(path, counts)
+def _build(source: Source, cfg: DataConfig, directory: Path) -> None:
+    """Write the cleaned pairs and their counts into ``directory``; a corpus without pairs is an error."""
+    tally = malformed.Tally(FORMATS[source.format].unit)
+    _write_arrow(read_pairs(source, cfg, tally), directory / _PAIRS_FILE)
+    stats = tally.stats()
+    if stats["pairs"] == 0 and stats["malformed"]:
+        raise malformed.error(stats)
+    if stats["pairs"] == 0:
+        raise DataError(f"corpus {', '.join(map(str, source.files))} has no {tally.unit}s")
     (directory / "stats.json").write_text(json.dumps(stats, indent=1))
 
 
-def _check_format(path: Path) -> None:
-    if Path(path.name.removesuffix(".gz")).suffix not in _SUFFIXES:
-        allowed = ", ".join(_SUFFIXES)
-        raise DataError(f"unsupported corpus format: {path.name} (use {allowed}, optionally .gz)")
-
-
-def _load_local(cfg: DataConfig) -> tuple[datasets.Dataset, dict[str, int]]:
-    path = resolve_path(cfg.path)
-    _check_format(path)
-    target = cache_root(cfg) / _cache_name(path, cfg)
-    build_once(target, partial(_build, path, cfg), f"corpus cache of {path}", cfg.lock_timeout_s)
+def _load_local(cfg: DataConfig) -> tuple[datasets.Dataset, dict]:
+    source = locate(cfg)
+    target = cache_root(cfg) / _cache_name(source, cfg)
+    what = f"corpus cache of {', '.join(map(str, source.files))}"
+    build_once(target, partial(_build, source, cfg), what, cfg.lock_timeout_s)
     stats = json.loads((target / "stats.json").read_text())
     table = MemoryMappedTable.from_file(str(target / _PAIRS_FILE))
     return datasets.Dataset(
@@ -168,7 +84,8 @@ def cache_root(cfg: DataConfig) -> Path:
 
 
 def _hub_pairs(batch: dict, field: str | None, src_lang: str, tgt_lang: str) -> dict[str, list[str]]:
-    if field:
+    """Both languages' texts: their columns, or their keys in ``field`` where there are none (as locally)."""
+    if field and not (src_lang in batch and tgt_lang in batch):
         src, tgt = [row[src_lang] for row in batch[field]], [row[tgt_lang] for row in batch[field]]
     else:
         src, tgt = batch[src_lang], batch[tgt_lang]
@@ -193,12 +110,29 @@ def _load_hub(cfg: DataConfig) -> tuple[datasets.Dataset, dict[str, int]]:
     kept = pairs.filter(_both_sides, batched=True)
     if len(kept) == 0:
         raise DataError(f"hub dataset {cfg.hub_dataset} holds no usable {cfg.direction} pairs")
-    return kept, {"pairs": len(kept), "malformed_lines": len(pairs) - len(kept)}
+    empty = len(pairs) - len(kept)  # filtered as before, not checked against data.max_malformed_share
+    return kept, {"pairs": len(kept), "malformed_lines": empty, "malformed": {}, "unit": "row"}
 
 
-def load_corpus(cfg: DataConfig) -> tuple[datasets.Dataset, dict[str, int]]:
-    """Cleaned pairs (columns ``src``, ``tgt`` in ``cfg.direction``) and their line counts."""
+def read_corpus(cfg: DataConfig) -> tuple[datasets.Dataset, dict]:
+    """Cleaned pairs (columns ``src``, ``tgt`` in ``cfg.direction``) and their counts, however many
+    records are malformed."""
     return _load_hub(cfg) if cfg.hub_dataset else _load_local(cfg)
+
+
+def load_corpus(cfg: DataConfig) -> tuple[datasets.Dataset, dict]:
+    """:func:`read_corpus`, stopping when more than ``data.max_malformed_share`` of it is malformed."""
+    pairs, stats = read_corpus(cfg)
+    malformed.check(stats, cfg.max_malformed_share)
+    return pairs, stats
+
+
+def evenly_spread(dataset: datasets.Dataset, count: int) -> datasets.Dataset:
+    """At most ``count`` rows spread evenly over ``dataset``: a file may be sorted (by length, say),
+    so its first rows would be a biased sample."""
+    if len(dataset) <= count:
+        return dataset
+    return dataset.select(np.unique(np.linspace(0, len(dataset) - 1, count).round().astype(np.int64)))
 
 
 def _source_hashes(dataset: datasets.Dataset, seed: int) -> np.ndarray:

@@ -22,7 +22,7 @@ import pytorch_lightning as pl
 from torch.utils.data import DataLoader
 
 from seq2seq.config import DataConfig
-from seq2seq.data import corpus, encoded
+from seq2seq.data import batching, corpus, encoded
 from seq2seq.data.batching import Batch, TokenBudgetBatchSampler, collate
 from seq2seq.data.cache import build_once, digest
 from seq2seq.data.resume import BatchOrder
@@ -45,9 +45,7 @@ def _train_tokenizer(train: datasets.Dataset, cfg: DataConfig, directory: Path) 
     On a corpus of millions of pairs, an evenly spread sample of a million (the file may be sorted,
     by length for one) learns nearly the same merges at a fraction of the time and memory.
     """
-    if len(train) > cfg.tokenizer_max_pairs:
-        rows = np.linspace(0, len(train) - 1, cfg.tokenizer_max_pairs).round().astype(np.int64)
-        train = train.select(np.unique(rows))
+    train = corpus.evenly_spread(train, cfg.tokenizer_max_pairs)
     log.info("training a %d-token BPE tokenizer on %d pairs", cfg.vocab_size, len(train))
     tokenizer = TranslationTokenizer.train(
         _texts(train, "src"), _texts(train, "tgt"), cfg.vocab_size, cfg.shared_vocab
@@ -132,13 +130,13 @@ class TranslationDataModule(pl.LightningDataModule):
         selected dataset would gather every column of every kept row into memory first.
         """
         lengths = encoded.lengths(dataset)
-        too_long = lengths > self.cfg.max_length + 1  # a length counts one special token
-        count = int(too_long.sum())
+        over = batching.too_long(lengths, self.cfg.max_length)
+        count = int(over.sum())
         if self.cfg.too_long == "truncate":
             return dataset, np.minimum(lengths, self.cfg.max_length + 1), count
         if count == 0:
             return dataset, lengths, count
-        keep = np.flatnonzero(~too_long)
+        keep = np.flatnonzero(~over)
         fingerprint = digest(f"{dataset._fingerprint}|max_length={self.cfg.max_length}")
         return dataset.select(keep, new_fingerprint=fingerprint), lengths[keep], count
 
