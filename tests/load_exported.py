@@ -3,9 +3,10 @@ what it computes; run in a separate interpreter by test_export_own_class.py:
 
     python -I [-S] tests/load_exported.py REQUEST.json RESULT.pt [SITE_PACKAGES ...]
 
-REQUEST holds the folder, source and target ids for one teacher-forced batch, and sentences with
-their length limits; RESULT gets the logits of that batch, the greedy translations, the class and
-the transformers version. With ``-S``, SITE_PACKAGES are put on sys.path without running their
+REQUEST holds the folder, source and target ids for one teacher-forced batch, sentences with their
+length limits, and beam search options; RESULT gets the logits of that batch, the greedy
+translations, the beams generate() returns for the batch's sources, the class and the
+transformers version. With ``-S``, SITE_PACKAGES are put on sys.path without running their
 ``.pth`` files, so an editable install of seq2seq stays out of reach. Imports nothing of seq2seq.
 """
 
@@ -26,9 +27,8 @@ def main() -> None:
     request = json.loads(Path(request_file).read_text(encoding="utf-8"))
     folder, pad = request["folder"], request["pad_id"]
     model = transformers.AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True).eval()
-    tokenizer = transformers.AutoTokenizer.from_pretrained(
-        folder, trust_remote_code=True
-    )  # 5.x reads config.json
+    # transformers 5 reads config.json for the tokenizer too, hence the flag here as well
+    tokenizer = transformers.AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
     src, tgt = torch.tensor(request["src"]), torch.tensor(request["tgt"])
     translations = []
     with torch.inference_mode():
@@ -38,10 +38,12 @@ def main() -> None:
         for sentence, limit in zip(request["sentences"], request["limits"], strict=True):
             out = model.generate(**tokenizer([sentence], return_tensors="pt"), max_new_tokens=limit)
             translations.append(tokenizer.decode(out[0], skip_special_tokens=True))
+        beams = model.generate(input_ids=src, attention_mask=src != pad, **request["beam_search"])
     torch.save(
         {
             "logits": logits,
             "translations": translations,
+            "beams": beams,
             "class": type(model).__name__,
             "module": type(model).__module__,
             "transformers": transformers.__version__,
