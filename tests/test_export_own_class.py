@@ -11,6 +11,7 @@ import os
 import site
 import subprocess
 import sys
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
@@ -21,9 +22,11 @@ from fastapi.testclient import TestClient
 from trained import train_tiny_checkpoint
 from transformers_parity import SOURCES, teacher_forced_logits, variant_checkpoint
 
+from seq2seq.config import ModelConfig
 from seq2seq.data.batching import pad_ids
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from seq2seq.decoding.steps import output_limits
+from seq2seq.export import to_transformers
 from seq2seq.export.__main__ import main as export_main
 from seq2seq.export.to_transformers import export_to_transformers
 from seq2seq.export.transformers_class import OWN
@@ -230,6 +233,22 @@ def test_what_marian_and_pegasus_lack_gets_the_own_class_and_our_logits(
         model, Translator.from_checkpoint(ckpt, "cpu", dtype="float32"), SOURCES[:16]
     )
     assert (mine - theirs)[real].abs().max().item() < 1e-4
+
+
+def test_a_weight_with_no_place_stops_the_export_in_one_line(
+    swiglu_ckpt: Path, tmp_path: Path, capsys, monkeypatch
+) -> None:
+    """As if the model grew a weight the class lacks: here the tied target table, kept twice."""
+    monkeypatch.setattr(to_transformers, "TIED_COPIES", ())
+    assert export_main(["--ckpt", str(swiglu_ckpt), "--to", "transformers", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "class has other weights" in err
+    assert "decoder.embed.tokens.weight" in err and not (tmp_path / "out").exists()
+
+
+def test_every_model_config_field_reaches_the_own_class() -> None:
+    """A new ModelConfig field must be taught to seq2seq/hf (and listed) before it can be exported."""
+    assert set(to_transformers.OWN_CONFIG_FIELDS) == {field.name for field in fields(ModelConfig)}
 
 
 def test_labels_give_the_cross_entropy_of_our_logits(exported: Path, ours: Translator) -> None:

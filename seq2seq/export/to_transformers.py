@@ -212,7 +212,7 @@ def build_own_model(model: Transformer):  # -> seq2seq.hf.Seq2SeqTransformerForC
         hf.load_state_dict(own_state_dict(model), strict=True)
     except RuntimeError as err:  # a weight renamed on one side only: say so, write nothing
         raise ExportError(
-            f"seq2seq's transformers class has other weights: {str(err).splitlines()[1]}"
+            f"seq2seq's transformers class has other weights: {str(err).splitlines()[1].strip()}"
         ) from err
     return hf.eval()
 

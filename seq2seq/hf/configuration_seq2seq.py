@@ -15,7 +15,7 @@ class Seq2SeqTransformerConfig(PretrainedConfig):
     """Sizes and switches, named as in seq2seq's ``ModelConfig`` (and mapped to transformers' usual names)."""
 
     model_type = "seq2seq_transformer"
-    attribute_map = {  # noqa: RUF012 (transformers reads it as a plain class attribute)
+    attribute_map = {  # noqa: RUF012  (transformers reads it as a plain class attribute)
         "hidden_size": "d_model",
         "num_attention_heads": "n_heads",
         "num_hidden_layers": "n_decoder_layers",  # the layers a key/value cache has
