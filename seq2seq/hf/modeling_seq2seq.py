@@ -42,7 +42,8 @@ def sinusoidal_positions(start: int, end: int, d_model: int, device: torch.devic
 
 
 def stored_kv(cache: Cache, layer: int) -> tuple[Tensor, Tensor]:
-    """The keys and values a ``DynamicCache`` holds for ``layer`` (its layout changed in 4.56)."""
+    """The keys and values a ``DynamicCache`` holds for ``layer``: per-layer objects in recent
+    releases (4.57 has them), two lists in older ones (4.45)."""
     if hasattr(cache, "layers"):
         return cache.layers[layer].keys, cache.layers[layer].values
     return cache.key_cache[layer], cache.value_cache[layer]
