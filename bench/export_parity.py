@@ -5,7 +5,9 @@ to transformers), decodes the test split greedily and with beam 5 through the Py
 in float32 and through each export, and prints, per export and search: the share of sentences
 with exactly the same output tokens as PyTorch, the largest score difference on those, and corpus
 BLEU/chrF of each against all references. ``generate()`` rows are the transformers export called
-as a user calls it, without ``translate.py``'s per-sentence limits and re-ranking.
+as a user calls it, without ``translate.py``'s per-sentence limits and re-ranking; a last line
+gives the largest float32 logit difference between PyTorch and the transformers export. The
+export's class is the one ``python -m seq2seq.export`` chooses (Marian, Pegasus or seq2seq's own).
 
     python bench/export_parity.py --ckpt runs/<date>/checkpoints/best.ckpt [--split test] [--transformers]
 """
@@ -24,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 from seq2seq.config import DecodeConfig  # noqa: E402
 from seq2seq.data import corpus  # noqa: E402
 from seq2seq.data.batching import pad_ids  # noqa: E402
-from seq2seq.data.tokenizer import EOS_ID, PAD_ID  # noqa: E402
+from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
 from seq2seq.decoding import Hypothesis  # noqa: E402
 from seq2seq.decoding.steps import output_limits  # noqa: E402
 from seq2seq.export.to_ctranslate2 import export_checkpoint  # noqa: E402
@@ -34,6 +36,7 @@ from seq2seq.inference.evaluation import score  # noqa: E402
 from seq2seq.inference.translator import DEFAULT_BATCH_TOKENS, TranslatorBase, token_budget_batches  # noqa: E402
 
 SEARCHES = {"greedy": 1, "beam 5": 5}
+LOGIT_ROWS = 128  # test sentences in the logits comparison (one teacher-forced batch)
 
 
 def decode(translator: TranslatorBase, sources: list[list[int]], beam: int) -> tuple[list[Hypothesis], float]:
@@ -58,7 +61,9 @@ def plain_generate(
     import torch
     from transformers import AutoModelForSeq2SeqLM
 
-    model = AutoModelForSeq2SeqLM.from_pretrained(directory).eval()
+    import seq2seq.hf  # noqa: F401  (registers seq2seq's own class, for the models Marian and Pegasus lack)
+
+    model = AutoModelForSeq2SeqLM.from_pretrained(directory, trust_remote_code=False).eval()
     best: list[Hypothesis] = [Hypothesis([], 0.0)] * len(sources)
     start = time.perf_counter()
     for batch in token_budget_batches(sources, batch_tokens):
@@ -101,8 +106,11 @@ def main() -> None:
         hf_dir = export_to_transformers(args.ckpt, Path(workdir.name) / "transformers")
         engines["transformers"] = open_model(model=hf_dir, device="cpu").translator
     print(f"{args.ckpt}: {len(texts)} {args.split} sentences; reference side: {ours.compute}")
+    greedy: list[Hypothesis] = []
     for search, beam in SEARCHES.items():
         reference, seconds = decode(ours, sources, beam)
+        if beam == 1:
+            greedy = reference
         report(f"pytorch {search}", ours, reference, reference, references, seconds)
         for name, engine in engines.items():
             got, seconds = decode(engine, sources, beam)
@@ -113,6 +121,30 @@ def main() -> None:
             )
             transformers = engines["transformers"]
             report(f"generate() {search}", transformers, got, reference, references, seconds, scored=False)
+    if hf_dir is not None:
+        rows = min(LOGIT_ROWS, len(sources))
+        gap = logits_gap(ours.model, engines["transformers"].model, sources[:rows], greedy[:rows])
+        print(
+            f"  float32 logits: largest |Δ| {gap:.1e} on the first {rows} sentences, PyTorch vs transformers"
+        )
+
+
+def logits_gap(model, hf_model, sources: list[list[int]], greedy: list[Hypothesis]) -> float:
+    """Largest |Δ| between the checkpoint's float32 logits and the transformers export's, teacher-forced
+    on the checkpoint's greedy outputs, over the real (non-pad) positions."""
+    import torch
+
+    src = pad_ids(sources)  # (B, S)
+    tgt = pad_ids([[BOS_ID, *hypothesis.tokens] for hypothesis in greedy])[:, : model.cfg.max_positions]
+    with torch.inference_mode():
+        mine = model(src, tgt)  # (B, T, V)
+        theirs = hf_model(
+            input_ids=src,
+            attention_mask=src != PAD_ID,
+            decoder_input_ids=tgt,
+            decoder_attention_mask=tgt != PAD_ID,
+        ).logits
+    return (mine - theirs.float())[tgt != PAD_ID].abs().max().item()
 
 
 def report(

@@ -1,5 +1,6 @@
-"""Export to transformers: the folder loads with the Auto classes and no custom code, computes our
-logits, and generate() gives translate.py's translations; what cannot be expressed is refused."""
+"""Export to transformers as Marian or Pegasus: the folder loads with the Auto classes and no custom
+code, computes our logits, and generate() gives translate.py's translations; a tokenizer per side
+is refused. (seq2seq's own class: test_export_own_class.py.)"""
 
 from __future__ import annotations
 
@@ -10,11 +11,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from tiny import CORPUS, tiny_tokenizer
+from tiny import tiny_tokenizer
+from transformers_parity import SOURCES, teacher_forced_logits, variant_checkpoint
 
 from seq2seq.checkpoint import MODEL_PREFIX, entry, load_model, save_atomically
 from seq2seq.config import DataConfig, DecodeConfig
-from seq2seq.data.batching import pad_ids
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, TranslationTokenizer
 from seq2seq.decoding.steps import output_limits
 from seq2seq.export.__main__ import main as export_main
@@ -28,8 +29,6 @@ transformers = pytest.importorskip(
     "transformers", reason="the transformers export needs pip install -e '.[hf]'"
 )
 
-SOURCES = [line.split("\t")[0] for line in CORPUS.read_text(encoding="utf-8").splitlines()][:60]
-
 
 @pytest.fixture(scope="module")
 def exported(trained_ckpt: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -39,23 +38,6 @@ def exported(trained_ckpt: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
 @pytest.fixture(scope="module")
 def ours(trained_ckpt: Path) -> Translator:
     return open_model(trained_ckpt, device="cpu", dtype="float32").translator
-
-
-def teacher_forced_logits(model, ours: Translator, sources: list[str]) -> tuple[torch.Tensor, ...]:
-    """(ours, theirs, mask) of the logits for our greedy outputs, on the real (non-pad) positions."""
-    encoded = ours.encode(sources)
-    src = pad_ids(encoded)
-    tgt = pad_ids([[BOS_ID, *best[0].tokens] for best in ours.search(encoded, ours.settings(beam=1))])
-    tgt = tgt[:, : ours.max_positions]  # a sentence that ran to its limit has one position too many
-    with torch.inference_mode():
-        mine = ours.model(src, tgt)
-        theirs = model(
-            input_ids=src,
-            attention_mask=src != PAD_ID,
-            decoder_input_ids=tgt,
-            decoder_attention_mask=tgt != PAD_ID,
-        ).logits
-    return mine, theirs, tgt != PAD_ID
 
 
 def test_the_folder_loads_with_the_auto_classes_and_no_custom_code(exported: Path) -> None:
@@ -134,28 +116,11 @@ def test_translate_py_model_prints_what_the_checkpoint_prints(
     assert reports[1][1] == "compute = transformers MarianMTModel float32 (the export's weight type)"
 
 
-def _checkpoint(directory: Path, trained_ckpt: Path, **changes) -> Path:
-    """The trained checkpoint's tokenizer and configs with model config ``changes``, random weights."""
-    loaded = load_model(trained_ckpt)
-    cfg = replace(loaded.model.cfg, **changes)
-    torch.manual_seed(0)
-    model = Transformer(cfg, loaded.tokenizer.src_vocab_size, loaded.tokenizer.tgt_vocab_size)
-    for norm in model.modules():  # away from the init values, so a misplaced norm shows
-        if isinstance(norm, torch.nn.LayerNorm):
-            norm.weight.data.uniform_(0.5, 1.5)
-            norm.bias.data.uniform_(-0.5, 0.5)
-    meta = entry(cfg, DecodeConfig(), loaded.data_config, loaded.tokenizer)
-    state = {MODEL_PREFIX + name: tensor for name, tensor in model.state_dict().items()}
-    path = directory / "variant.ckpt"
-    save_atomically({"state_dict": state, "seq2seq": meta}, path)
-    return path
-
-
 @pytest.mark.parametrize("tied", [True, False])
 def test_a_post_norm_model_with_or_without_tied_embeddings_is_marian(
     trained_ckpt, tmp_path, tied: bool
 ) -> None:
-    ckpt = _checkpoint(tmp_path, trained_ckpt, tie_embeddings=tied)
+    ckpt = variant_checkpoint(tmp_path, trained_ckpt, tie_embeddings=tied)
     out = export_to_transformers(ckpt, tmp_path / "out")
     model = transformers.AutoModelForSeq2SeqLM.from_pretrained(out).eval()
     translator = open_model(ckpt, device="cpu", dtype="float32").translator
@@ -166,7 +131,7 @@ def test_a_post_norm_model_with_or_without_tied_embeddings_is_marian(
 def test_a_gelu_model_is_marian_with_exact_gelu_and_the_same_logits(
     trained_ckpt: Path, tmp_path: Path
 ) -> None:
-    ckpt = _checkpoint(tmp_path, trained_ckpt, activation="gelu")
+    ckpt = variant_checkpoint(tmp_path, trained_ckpt, activation="gelu")
     out = export_to_transformers(ckpt, tmp_path / "out")
     assert json.loads((out / "config.json").read_text())["activation_function"] == "gelu"  # erf, not tanh
     model = transformers.AutoModelForSeq2SeqLM.from_pretrained(out).eval()
@@ -177,37 +142,13 @@ def test_a_gelu_model_is_marian_with_exact_gelu_and_the_same_logits(
 
 
 def test_a_pre_norm_model_is_pegasus_with_the_same_logits(trained_ckpt: Path, tmp_path: Path) -> None:
-    ckpt = _checkpoint(tmp_path, trained_ckpt, norm_first=True)
+    ckpt = variant_checkpoint(tmp_path, trained_ckpt, norm_first=True)
     out = export_to_transformers(ckpt, tmp_path / "out")
     model = transformers.AutoModelForSeq2SeqLM.from_pretrained(out).eval()
     translator = open_model(ckpt, device="cpu", dtype="float32").translator
     mine, theirs, real = teacher_forced_logits(model, translator, SOURCES[:16])
     assert type(model).__name__ == "PegasusForConditionalGeneration"
     assert (mine - theirs)[real].abs().max().item() < 1e-4
-
-
-@pytest.mark.parametrize(
-    ("changes", "missing"),
-    [
-        ({"learned_positions": True}, "learned positions"),
-        ({"norm_first": True, "tie_embeddings": False}, "untied embeddings in a pre-norm model"),
-        (
-            {"activation": "swiglu", "d_ff": 43},
-            "model.activation=swiglu (Marian and Pegasus have no gated FFN",
-        ),
-    ],
-)
-def test_what_no_class_expresses_exactly_stops_in_one_line_and_writes_nothing(
-    trained_ckpt: Path, tmp_path: Path, capsys, changes: dict, missing: str
-) -> None:
-    ckpt = _checkpoint(tmp_path, trained_ckpt, **changes)
-    out = tmp_path / "out"
-    assert export_main(["--ckpt", str(ckpt), "--to", "transformers", str(out)]) == 1
-    err = capsys.readouterr().err
-    assert (
-        len(err.strip().splitlines()) == 1 and "cannot express this model exactly" in err and missing in err
-    )
-    assert not out.exists() and [p.name for p in tmp_path.iterdir()] == ["variant.ckpt"]
 
 
 def test_the_command_writes_the_folder_and_refuses_a_quantization(trained_ckpt: Path, tmp_path: Path, capsys):
@@ -226,6 +167,7 @@ def test_the_model_card_says_what_the_model_is_and_how_well_it_translates(export
     assert "license: cc-by-2.0" in card and "English → Spanish" in card
     assert "| test | 12 |" in card and "nrefs:" in card  # scores with sacrebleu's signature
     assert "AutoModelForSeq2SeqLM" in card and "MarianMTModel" in card
+    assert "no custom code and no flag" in card and "trust_remote_code" not in card
     assert "hardware: not recorded" in card  # the fixture is not in a run directory: said, not guessed
 
 
@@ -233,10 +175,11 @@ def test_the_model_card_names_the_bundled_data_and_says_what_it_could_not_measur
     tmp_path: Path, trained_ckpt: Path
 ) -> None:
     from seq2seq.export.model_card import model_card
+    from seq2seq.export.transformers_class import choose_class
 
     loaded = load_model(trained_ckpt)
     loaded.data_config = DataConfig(path=str(tmp_path / "spa.txt.gz"))  # the bundled name, not here
-    card = model_card(loaded, trained_ckpt, "MarianMTModel")
+    card = model_card(loaded, trained_ckpt, choose_class(loaded.model.cfg))
     assert "Tatoeba" in card and "manythings.org/anki" in card and "CC-BY 2.0" in card
     assert "not measured: the training corpus cannot be read here" in card
 

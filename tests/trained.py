@@ -7,7 +7,9 @@ every pair of the fixture, in batches of similar length, without Lightning.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -15,26 +17,34 @@ from compose import model_config
 from tiny import CORPUS, tiny_tokenizer
 
 from seq2seq.checkpoint import MODEL_PREFIX, entry
-from seq2seq.config import DataConfig, DecodeConfig
+from seq2seq.config import DataConfig, DecodeConfig, ModelConfig
 from seq2seq.data.batching import pad_ids
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from seq2seq.model import Transformer
 
 
 def train_tiny_checkpoint(
-    directory: Path, steps: int = 150, batch_size: int = 50, seed: int = 0, pairs: int | None = None
+    directory: Path,
+    steps: int = 150,
+    batch_size: int = 50,
+    seed: int = 0,
+    pairs: int | None = None,
+    **model_changes: Any,
 ) -> Path:
-    """Train the tiny model on the fixture (its first ``pairs`` pairs, or all) and write
-    ``directory/tiny.ckpt``; returns its path."""
+    """Train the tiny model (with ``model_changes`` to its config, e.g. ``norm_first=True``) on the
+    fixture (its first ``pairs`` pairs, or all) and write ``directory/tiny.ckpt``; returns its path."""
+    model_cfg = replace(model_config("tiny"), **model_changes)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # matrices this small: a second thread costs more than it does
     try:
-        return _train(directory, steps, batch_size, seed, pairs)
+        return _train(directory, steps, batch_size, seed, pairs, model_cfg)
     finally:
         torch.set_num_threads(threads)
 
 
-def _train(directory: Path, steps: int, batch_size: int, seed: int, limit: int | None) -> Path:
+def _train(
+    directory: Path, steps: int, batch_size: int, seed: int, limit: int | None, model_cfg: ModelConfig
+) -> Path:
     pairs = [line.split("\t") for line in CORPUS.read_text(encoding="utf-8").splitlines()][:limit]
     tokenizer = tiny_tokenizer()
     src_ids = tokenizer.encode_source([s for s, _ in pairs])
@@ -48,7 +58,6 @@ def _train(directory: Path, steps: int, batch_size: int, seed: int, limit: int |
         tgt_out = pad_ids([[*tgt_ids[i], EOS_ID] for i in rows])  # (batch, T)
         batches.append((src, tgt_in, tgt_out))
     torch.manual_seed(seed)
-    model_cfg = model_config("tiny")
     model = Transformer(model_cfg, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     for _ in range(steps):

@@ -17,6 +17,7 @@ import torch
 from seq2seq.checkpoint import LoadedModel, read_checkpoint
 from seq2seq.config import ConfigError, DataError
 from seq2seq.data import corpus
+from seq2seq.export.transformers_class import Choice
 from seq2seq.inference.evaluation import evaluate
 from seq2seq.inference.translator import Translator
 
@@ -67,13 +68,38 @@ def _scores(loaded: LoadedModel) -> list[str]:
     return [*rows, "", "sacrebleu signatures, " + "; ".join(signatures) + "."]
 
 
-def model_card(loaded: LoadedModel, checkpoint: Path, class_name: str) -> str:
-    """The card's Markdown text."""
+def _loading(choice: Choice) -> list[str]:
+    """Which loading path the folder needs, and why, as a paragraph and the first lines of the usage."""
+    if not choice.custom_code:
+        why = (
+            f"`{choice.class_name}` is a class of transformers ({choice.reason}), so the Auto classes "
+            "load this folder with no custom code and no flag."
+        )
+        return [why, "", "```python"]
+    why = (
+        f"No class of transformers computes this model exactly ({choice.reason}), so the folder carries "
+        f"seq2seq's own, `{choice.class_name}`, in `modeling_seq2seq.py` and `configuration_seq2seq.py` "
+        "(named by `auto_map` in `config.json`). With seq2seq installed, `import seq2seq.hf` registers "
+        "it and the Auto classes load the folder with no flag; without seq2seq, pass "
+        "`trust_remote_code=True` to both `from_pretrained` calls (the tokenizer's reads `config.json` "
+        "too), which runs those two files: read them first."
+    )
+    return [
+        why,
+        "",
+        "```python",
+        "import seq2seq.hf  # without seq2seq: from_pretrained(..., trust_remote_code=True)",
+    ]
+
+
+def model_card(loaded: LoadedModel, checkpoint: Path, choice: Choice) -> str:
+    """The card's Markdown text, for a folder with ``choice``'s class."""
     data, cfg = loaded.data_config, loaded.model.cfg
     src, tgt = (LANGUAGES.get(code, code) for code in (data.source_lang, data.target_lang))
     parameters = loaded.model.num_parameters()
     norm = "pre-norm" if cfg.norm_first else "post-norm (as in the paper)"
     activation = ACTIVATION_NAMES[cfg.activation]
+    positions = "learned" if cfg.learned_positions else "sinusoidal"
     data_line = TATOEBA if Path(data.path).name == "spa.txt.gz" else f"`{data.path}` (not the bundled corpus)"
     return "\n".join(
         [
@@ -84,7 +110,7 @@ def model_card(loaded: LoadedModel, checkpoint: Path, class_name: str) -> str:
             "pipeline_tag: translation",
             "---",
             "",
-            f"# {src} → {tgt} Transformer ({class_name})",
+            f"# {src} → {tgt} Transformer ({choice.class_name})",
             "",
             f"Translates {src} ({data.source_lang}) into {tgt} ({data.target_lang}). Trained from scratch "
             "with seq2seq, a small encoder-decoder Transformer framework, and exported to transformers: "
@@ -100,7 +126,7 @@ def model_card(loaded: LoadedModel, checkpoint: Path, class_name: str) -> str:
             "",
             f"Encoder-decoder Transformer, {parameters / 1e6:.2f} M parameters: d_model {cfg.d_model}, "
             f"{cfg.n_encoder_layers} encoder and {cfg.n_decoder_layers} decoder layers, {cfg.n_heads} "
-            f"heads, feed-forward {cfg.d_ff} ({activation}), {norm}, sinusoidal positions up to "
+            f"heads, feed-forward {cfg.d_ff} ({activation}), {norm}, {positions} positions up to "
             f"{cfg.max_positions}, a shared byte-level BPE vocabulary of {loaded.tokenizer.tgt_vocab_size} "
             f"tokens{', tied embeddings' if cfg.tie_embeddings else ''}.",
             "",
@@ -120,7 +146,7 @@ def model_card(loaded: LoadedModel, checkpoint: Path, class_name: str) -> str:
             "",
             "## Usage",
             "",
-            "```python",
+            *_loading(choice),
             "from transformers import AutoModelForSeq2SeqLM, AutoTokenizer",
             "",
             'tokenizer = AutoTokenizer.from_pretrained("THIS_FOLDER")',

@@ -1,21 +1,30 @@
 """Export to Hugging Face transformers: a folder that ``AutoModelForSeq2SeqLM.from_pretrained`` and
-``AutoTokenizer.from_pretrained`` load with no custom code, and whose ``generate()`` translates as
-``translate.py`` does.
+``AutoTokenizer.from_pretrained`` load, and whose ``generate()`` translates as ``translate.py`` does.
+The class is chosen per model (:mod:`seq2seq.export.transformers_class`), and the command says which.
 
-Post-norm models (the paper's layout) become ``MarianMTModel``; pre-norm models become
-``PegasusForConditionalGeneration``, which is pre-norm with a final layer norm on each side. Both
-scale embeddings by √d_model, add a sinusoidal table from position 0, and put biases where ours
-are, so each weight has one place; their FFN computes our ReLU or exact GELU, but has no gated
-form, so a SwiGLU model is refused. One difference is a relabelling: their sinusoidal table holds
-all sines in the first half of the features and all cosines in the second, ours interleaves them.
-Permuting the d_model features of every weight that reads or writes the residual stream
-(:func:`residual_permutation`) gives the same function: layer norms, residual additions and
-attention are indifferent to the order of those features.
+Post-norm models with a ReLU or GELU feed-forward and sinusoidal positions become ``MarianMTModel``;
+pre-norm ones with tied embeddings ``PegasusForConditionalGeneration``, which is pre-norm with a
+final layer norm on each side. Both scale embeddings by √d_model, add a sinusoidal table from
+position 0, and put biases where ours are, so each weight has one place, and both load with no
+custom code. One difference is a relabelling: their sinusoidal table holds all sines in the first
+half of the features and all cosines in the second, ours interleaves them. Permuting the d_model
+features of every weight that reads or writes the residual stream (:func:`residual_permutation`)
+gives the same function: layer norms, residual additions and attention are indifferent to the
+order of those features.
+
+Every other model (a SwiGLU feed-forward, learned positions, pre-norm with untied embeddings)
+becomes seq2seq's own class (:mod:`seq2seq.hf`), whose weights carry our own names
+(:func:`own_state_dict`); the folder holds its two source files and an ``auto_map``, so it loads
+with ``trust_remote_code=True`` where seq2seq is not installed, and after ``import seq2seq.hf``
+where it is.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
+import shutil
+import sys
 from pathlib import Path
 
 import torch
@@ -25,35 +34,32 @@ from seq2seq.checkpoint import LoadedModel, load_model
 from seq2seq.config import ModelConfig
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID, TranslationTokenizer
 from seq2seq.export.model_card import model_card
+from seq2seq.export.transformers_class import choose_class
 from seq2seq.export_folder import ExportError, check_output_dir, save_bundle, staged_directory
 from seq2seq.model import Transformer
 from seq2seq.model.transformer import sinusoidal_table
 
 ENGINE = "transformers"
-HF_ACTIVATIONS = ("relu", "gelu")  # the model.activation values Marian and Pegasus compute ("gelu": erf)
+# Our state-dict prefixes -> the own class's; inside a layer the names are the same.
+OWN_PREFIXES = {
+    "src_embed.": "encoder.embed.",
+    "encoder_layers.": "encoder.layers.",
+    "encoder_norm.": "encoder.norm.",
+    "tgt_embed.": "decoder.embed.",
+    "decoder_layers.": "decoder.layers.",
+    "decoder_norm.": "decoder.norm.",
+    "generator.": "generator.",
+}
+TIED_COPIES = ("tgt_embed.tokens.weight", "generator.weight")  # src_embed.tokens.weight, when tied
+OWN_CONFIG_FIELDS = (  # ModelConfig's fields that the own class's config carries under the same name
+    "d_model", "n_heads", "n_encoder_layers", "n_decoder_layers", "d_ff", "activation", "max_positions",
+    "learned_positions", "norm_first", "tie_embeddings", "dropout", "attention_dropout",
+)  # fmt: skip
 
 
 def residual_permutation(d_model: int) -> Tensor:
     """Feature order of the Marian/Pegasus table in ours: [0, 2, 4, ..., 1, 3, 5, ...] (sin, then cos)."""
     return torch.cat([torch.arange(0, d_model, 2), torch.arange(1, d_model, 2)])
-
-
-def unsupported(cfg: ModelConfig, tokenizer: TranslationTokenizer) -> list[str]:
-    """What about this model no transformers class expresses exactly (empty when it can be exported)."""
-    missing = []
-    if cfg.learned_positions:
-        missing.append("learned positions (model.learned_positions=true; Marian and Pegasus are sinusoidal)")
-    if not tokenizer.shared:
-        missing.append("separate source and target vocabularies (AutoTokenizer loads one tokenizer.json)")
-    if cfg.norm_first and not cfg.tie_embeddings:
-        missing.append("untied embeddings in a pre-norm model (Pegasus has one shared embedding table)")
-    if cfg.activation not in HF_ACTIVATIONS:
-        missing.append(
-            f"the gated feed-forward of model.activation={cfg.activation} (Marian and Pegasus have no "
-            f"gated FFN, only {' or '.join(HF_ACTIVATIONS)}: train with model.activation=gelu "
-            "model.d_ff=1024 for this export)"
-        )
-    return missing
 
 
 def hf_config(cfg: ModelConfig, vocab_size: int):  # -> MarianConfig | PegasusConfig
@@ -171,6 +177,46 @@ def build_hf_model(model: Transformer):  # -> MarianMTModel | PegasusForConditio
     return hf.eval()
 
 
+def own_state_dict(model: Transformer) -> dict[str, Tensor]:
+    """Our weights under the own class's names: our prefixes renamed, tied copies kept once."""
+    state = {}
+    for name, tensor in model.state_dict().items():
+        if model.cfg.tie_embeddings and name in TIED_COPIES:
+            continue
+        prefix = next((p for p in OWN_PREFIXES if name.startswith(p)), None)
+        if prefix is None:
+            raise ExportError(f"seq2seq's transformers class has no place for the weight {name}")
+        state[OWN_PREFIXES[prefix] + name.removeprefix(prefix)] = tensor.detach()
+    return state
+
+
+def build_own_model(model: Transformer):  # -> seq2seq.hf.Seq2SeqTransformerForConditionalGeneration
+    """seq2seq's own transformers class with ``model``'s weights, in eval mode."""
+    from seq2seq.hf import Seq2SeqTransformerConfig, Seq2SeqTransformerForConditionalGeneration
+
+    cfg = model.cfg
+    config = Seq2SeqTransformerConfig(
+        vocab_size=model.generator.out_features,
+        **{name: getattr(cfg, name) for name in OWN_CONFIG_FIELDS},
+        pad_token_id=PAD_ID,
+        bos_token_id=BOS_ID,
+        eos_token_id=EOS_ID,
+        decoder_start_token_id=BOS_ID,
+        auto_map={  # each class by its file in the folder (see save_own_code)
+            "AutoConfig": _code_reference(Seq2SeqTransformerConfig),
+            "AutoModelForSeq2SeqLM": _code_reference(Seq2SeqTransformerForConditionalGeneration),
+        },
+    )
+    hf = Seq2SeqTransformerForConditionalGeneration(config)
+    try:
+        hf.load_state_dict(own_state_dict(model), strict=True)
+    except RuntimeError as err:  # a weight renamed on one side only: say so, write nothing
+        raise ExportError(
+            f"seq2seq's transformers class has other weights: {str(err).splitlines()[1].strip()}"
+        ) from err
+    return hf.eval()
+
+
 def generation_settings(loaded: LoadedModel) -> dict:
     """``generation_config.json``: start, stop and banned tokens, and the checkpoint's search."""
     decode = loaded.decode_config
@@ -216,27 +262,45 @@ def save_tokenizer(tokenizer: TranslationTokenizer, directory: Path) -> None:
 
 
 def export_to_transformers(checkpoint: str | Path, out_dir: str | Path, force: bool = False) -> Path:
-    """Write ``checkpoint`` as a transformers folder (see the module doc) into ``out_dir``.
+    """Write ``checkpoint`` as a transformers folder (see the module doc) into ``out_dir``, and say on
+    stderr which class it got and why.
 
-    A model no transformers class expresses exactly stops with one line naming what is missing,
-    before anything is written; ``out_dir`` is replaced at the end only.
+    A tokenizer per side, which AutoTokenizer cannot load as one, stops with one line before
+    anything is written; ``out_dir`` is replaced at the end only.
     """
     out_dir = Path(out_dir)
     check_output_dir(out_dir, force)
     loaded = load_model(checkpoint)
-    missing = unsupported(loaded.model.cfg, loaded.tokenizer)
-    if missing:
-        raise ExportError(f"transformers cannot express this model exactly: {'; '.join(missing)}")
+    if not loaded.tokenizer.shared:
+        raise ExportError(
+            "transformers cannot load this model's tokenizers: separate source and target vocabularies "
+            "(AutoTokenizer loads one tokenizer.json for both the input and the output of generate())"
+        )
     try:
         from transformers import GenerationConfig
     except ImportError as err:
         raise ExportError("exporting to transformers needs: pip install -e '.[hf]'") from err
-    hf = build_hf_model(loaded.model)
+    choice = choose_class(loaded.model.cfg)
+    hf = (build_own_model if choice.custom_code else build_hf_model)(loaded.model)
     hf.generation_config = GenerationConfig(**generation_settings(loaded))
     with staged_directory(out_dir) as stage:
         hf.save_pretrained(stage)
+        if choice.custom_code:
+            save_own_code(stage, hf)
         save_bundle(stage, loaded, "float32", str(checkpoint), engine=ENGINE)  # seq2seq.json, tokenizer
         save_tokenizer(loaded.tokenizer, stage)  # the same vocabulary, with the EOS template
-        card = model_card(loaded, Path(checkpoint), type(hf).__name__)
+        card = model_card(loaded, Path(checkpoint), choice)
         (stage / "README.md").write_text(card, encoding="utf-8")
+    print(choice.line(), file=sys.stderr)
     return out_dir
+
+
+def _code_reference(cls: type) -> str:
+    """``auto_map``'s name for ``cls``: ``<file name without .py>.<class name>``."""
+    return f"{Path(inspect.getfile(cls)).stem}.{cls.__name__}"
+
+
+def save_own_code(directory: Path, model) -> None:
+    """The source files of ``model``'s class and config class, which ``auto_map`` names."""
+    for cls in (type(model), type(model.config)):
+        shutil.copyfile(inspect.getfile(cls), directory / Path(inspect.getfile(cls)).name)

@@ -41,10 +41,14 @@ class HFTranslator(TranslatorBase):
         super().__init__(facts.tokenizer, facts.decode_config, facts.model_config.max_positions, batch_tokens)
         try:
             from transformers import AutoModelForSeq2SeqLM
+
+            import seq2seq.hf  # noqa: F401  (registers seq2seq's own class, for the folders that have it)
         except ImportError as err:
             raise ExportError("translating with a transformers export needs: pip install -e '.[hf]'") from err
         self.device = resolve_device(device)
-        self.model = AutoModelForSeq2SeqLM.from_pretrained(directory).to(self.device).eval()
+        # The class is Marian's, Pegasus' or the registered own one: never the code in the folder.
+        model = AutoModelForSeq2SeqLM.from_pretrained(directory, trust_remote_code=False)
+        self.model = model.to(self.device).eval()
 
     @property
     def compute(self) -> str:

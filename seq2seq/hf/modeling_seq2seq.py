@@ -1,0 +1,373 @@
+"""seq2seq's encoder-decoder Transformer as a transformers model, for ``AutoModelForSeq2SeqLM`` and
+``generate()``: every model ``train.py`` trains, those no class of transformers computes included
+(a SwiGLU feed-forward, learned positions, pre-norm with untied embeddings).
+
+Self-contained (torch and transformers only): the export copies this file and
+``configuration_seq2seq.py`` into the folder for ``trust_remote_code=True``. Modules are named as
+in ``seq2seq/model`` (``encoder.embed`` is its ``src_embed``, ``encoder.layers`` its
+``encoder_layers``, and so on), so the export maps weights by name. With tied embeddings there is
+one token table, the encoder's, which the decoder and the output projection read. The key/value
+cache is transformers' ``EncoderDecoderCache``: self-attention keys and values grow by one
+position a step; cross-attention ones are computed on the first step and kept.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from transformers import GenerationMixin, PreTrainedModel
+from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
+from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput
+
+from .configuration_seq2seq import Seq2SeqTransformerConfig
+
+# transformers 5 calls the cache "cache" (in generate() and in outputs) where 4.x said "past_key_values".
+CACHE_FIELD = "cache" if "cache" in Seq2SeqLMOutput.__dataclass_fields__ else "past_key_values"
+
+
+def sinusoidal_positions(start: int, end: int, d_model: int, device: torch.device) -> Tensor:
+    """Rows start..end-1 of seq2seq's table: PE[pos, 2i] = sin(pos / 10000^(2i/d)), PE[pos, 2i+1] =
+    cos(same), interleaved; (end - start, d_model) in float32. Computed, not stored, so loading
+    needs no buffer."""
+    position = torch.arange(start, end, dtype=torch.float32, device=device)[:, None]
+    exponents = torch.arange(0, d_model, 2, dtype=torch.float32, device=device)
+    inv_freq = torch.exp(exponents * (-math.log(10000.0) / d_model))
+    table = torch.zeros(end - start, d_model, device=device)
+    table[:, 0::2] = torch.sin(position * inv_freq)
+    table[:, 1::2] = torch.cos(position * inv_freq[: d_model // 2])
+    return table
+
+
+def stored_kv(cache: Cache, layer: int) -> tuple[Tensor, Tensor]:
+    """The keys and values a ``DynamicCache`` holds for ``layer``: per-layer objects in recent
+    releases (4.57 has them), two lists in older ones (4.45)."""
+    if hasattr(cache, "layers"):
+        return cache.layers[layer].keys, cache.layers[layer].values
+    return cache.key_cache[layer], cache.value_cache[layer]
+
+
+class Embedding(nn.Module):
+    """Token embedding (absent on the decoder side when tied) scaled by √d_model, plus positions."""
+
+    def __init__(self, config: Seq2SeqTransformerConfig, own_tokens: bool) -> None:
+        super().__init__()
+        d = config.d_model
+        self.tokens = (
+            nn.Embedding(config.vocab_size, d, padding_idx=config.pad_token_id) if own_tokens else None
+        )
+        self.positions = (
+            nn.Parameter(torch.zeros(config.max_positions, d)) if config.learned_positions else None
+        )
+        self.scale = math.sqrt(d)
+        self.max_positions = config.max_positions
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, ids: Tensor, offset: int, tokens: nn.Embedding) -> Tensor:
+        """ids: (B, T) at positions offset..offset+T-1, looked up in ``tokens`` -> (B, T, D)."""
+        end = offset + ids.size(1)
+        if end > self.max_positions:
+            raise ValueError(f"sequence of length {end} exceeds the model's {self.max_positions} positions")
+        x = tokens(ids) * self.scale
+        if self.positions is not None:
+            return self.dropout(x + self.positions[offset:end])
+        return self.dropout(x + sinusoidal_positions(offset, end, x.size(-1), x.device).to(x.dtype))
+
+
+class Attention(nn.Module):
+    """Multi-head attention with a fused key/value projection, as seq2seq's ``MultiHeadAttention``."""
+
+    def __init__(self, config: Seq2SeqTransformerConfig) -> None:
+        super().__init__()
+        d = config.d_model
+        self.n_heads = config.n_heads
+        self.dropout = config.attention_dropout
+        self.q_proj = nn.Linear(d, d)
+        self.kv_proj = nn.Linear(d, 2 * d)
+        self.out_proj = nn.Linear(d, d)
+
+    def split_heads(self, x: Tensor) -> Tensor:
+        b, t, d = x.shape
+        return x.view(b, t, self.n_heads, d // self.n_heads).transpose(1, 2)  # (B, H, T, D/H)
+
+    def project_kv(self, source: Tensor) -> tuple[Tensor, Tensor]:
+        """Keys and values of ``source`` (B, Tk, D), each (B, H, Tk, D/H)."""
+        k, v = self.kv_proj(source).chunk(2, dim=-1)
+        return self.split_heads(k), self.split_heads(v)
+
+    def forward(self, x: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+        """Queries ``x`` (B, Tq, D) over projected ``k``/``v``; ``mask`` (True: may attend) broadcasts
+        to (B, H, Tq, Tk)."""
+        q = self.split_heads(self.q_proj(x))  # (B, H, Tq, D/H)
+        dropout = self.dropout if self.training else 0.0
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
+        return self.out_proj(out.transpose(1, 2).flatten(2))  # (B, Tq, D): heads concatenated
+
+
+class FeedForward(nn.Module):
+    """Linear -> ReLU or exact GELU -> dropout -> Linear (``net.0`` and ``net.3``, as seq2seq's)."""
+
+    def __init__(self, config: Seq2SeqTransformerConfig) -> None:
+        super().__init__()
+        activation = {"relu": nn.ReLU, "gelu": nn.GELU}[config.activation]()
+        self.net = nn.Sequential(
+            nn.Linear(config.d_model, config.d_ff),
+            activation,
+            nn.Dropout(config.dropout),
+            nn.Linear(config.d_ff, config.d_model),
+        )
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.net(x)
+
+
+class GatedFeedForward(nn.Module):
+    """SwiGLU: dropout(SiLU(x W_gate) * x W_up) W_down, each projection with a bias."""
+
+    def __init__(self, config: Seq2SeqTransformerConfig) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(config.d_model, config.d_ff)
+        self.up_proj = nn.Linear(config.d_model, config.d_ff)
+        self.dropout = nn.Dropout(config.dropout)
+        self.down_proj = nn.Linear(config.d_ff, config.d_model)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down_proj(self.dropout(F.silu(self.gate_proj(x)) * self.up_proj(x)))
+
+
+class AddNorm(nn.Module):
+    """Residual connection around a sublayer, LayerNorm after (post-norm) or before it (pre-norm)."""
+
+    def __init__(self, config: Seq2SeqTransformerConfig) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(config.d_model)
+        self.dropout = nn.Dropout(config.dropout)
+        self.norm_first = config.norm_first
+
+    def forward(self, x: Tensor, sublayer) -> Tensor:
+        if self.norm_first:
+            return x + self.dropout(sublayer(self.norm(x)))
+        return self.norm(x + self.dropout(sublayer(x)))
+
+
+def feed_forward(config: Seq2SeqTransformerConfig) -> nn.Module:
+    return GatedFeedForward(config) if config.activation == "swiglu" else FeedForward(config)
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, config: Seq2SeqTransformerConfig) -> None:
+        super().__init__()
+        self.self_attn = Attention(config)
+        self.ffn = feed_forward(config)
+        self.attn_block = AddNorm(config)
+        self.ffn_block = AddNorm(config)
+
+    def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
+        x = self.attn_block(x, lambda h: self.self_attn(h, *self.self_attn.project_kv(h), mask))
+        return self.ffn_block(x, self.ffn)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, config: Seq2SeqTransformerConfig, index: int) -> None:
+        super().__init__()
+        self.index = index  # this layer's place in the cache
+        self.self_attn = Attention(config)
+        self.cross_attn = Attention(config)
+        self.ffn = feed_forward(config)
+        self.self_block = AddNorm(config)
+        self.cross_block = AddNorm(config)
+        self.ffn_block = AddNorm(config)
+
+    def forward(
+        self, x: Tensor, memory: Tensor, self_mask: Tensor | None, memory_mask: Tensor | None, cache
+    ) -> Tensor:
+        """x: (B, T, D) for the positions after those in ``cache`` (an EncoderDecoderCache, or None)."""
+
+        def self_attention(h: Tensor) -> Tensor:
+            k, v = self.self_attn.project_kv(h)
+            if cache is not None:
+                k, v = cache.self_attention_cache.update(k, v, self.index)  # every position so far
+            return self.self_attn(h, k, v, self_mask)
+
+        def cross_attention(h: Tensor) -> Tensor:
+            if cache is None:
+                return self.cross_attn(h, *self.cross_attn.project_kv(memory), memory_mask)
+            cross = cache.cross_attention_cache
+            if cross.get_seq_length(self.index) == 0:  # the first step: project the source once
+                cross.update(*self.cross_attn.project_kv(memory), self.index)
+            return self.cross_attn(h, *stored_kv(cross, self.index), memory_mask)
+
+        x = self.self_block(x, self_attention)
+        x = self.cross_block(x, cross_attention)
+        return self.ffn_block(x, self.ffn)
+
+
+class Encoder(nn.Module):
+    """Source ids -> memory; what ``generate()`` runs once per batch (``get_encoder()``)."""
+
+    main_input_name = "input_ids"  # generate() reads it
+
+    def __init__(self, config: Seq2SeqTransformerConfig) -> None:
+        super().__init__()
+        self.pad_token_id = config.pad_token_id
+        self.embed = Embedding(config, own_tokens=True)
+        self.layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.n_encoder_layers))
+        self.norm = nn.LayerNorm(config.d_model) if config.norm_first else nn.Identity()
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, **kwargs) -> BaseModelOutput:
+        """input_ids: (B, S) -> last_hidden_state (B, S, D). Without ``attention_mask``, pad ids are
+        masked, as seq2seq masks them. Attentions and hidden states are not returned."""
+        mask = memory_mask(input_ids, attention_mask, self.pad_token_id)
+        x = self.embed(input_ids, 0, self.embed.tokens)
+        for layer in self.layers:
+            x = layer(x, mask)
+        return BaseModelOutput(last_hidden_state=self.norm(x))
+
+
+class Decoder(nn.Module):
+    def __init__(self, config: Seq2SeqTransformerConfig) -> None:
+        super().__init__()
+        self.embed = Embedding(config, own_tokens=not config.tie_embeddings)
+        self.layers = nn.ModuleList(DecoderLayer(config, i) for i in range(config.n_decoder_layers))
+        self.norm = nn.LayerNorm(config.d_model) if config.norm_first else nn.Identity()
+
+    def forward(
+        self,
+        ids: Tensor,
+        tokens: nn.Embedding,
+        memory: Tensor,
+        memory_mask: Tensor | None,
+        decoder_attention_mask: Tensor | None,
+        cache,
+    ) -> Tensor:
+        """ids: (B, T) following the cached positions -> hidden states (B, T, D), final norm applied."""
+        offset = cache.get_seq_length() if cache is not None else 0
+        x = self.embed(ids, offset, tokens)
+        mask = self_attention_mask(ids.size(1), offset, decoder_attention_mask, ids.device)
+        for layer in self.layers:
+            x = layer(x, memory, mask, memory_mask, cache)
+        return self.norm(x)
+
+
+def memory_mask(input_ids: Tensor | None, attention_mask: Tensor | None, pad_id: int) -> Tensor | None:
+    """Key mask over the source (B, 1, 1, S): the given ``attention_mask``, else the non-pad ids."""
+    if attention_mask is None:
+        return None if input_ids is None else (input_ids != pad_id)[:, None, None, :]
+    return attention_mask.bool()[:, None, None, :]
+
+
+def self_attention_mask(length: int, offset: int, keys: Tensor | None, device: torch.device) -> Tensor | None:
+    """Causal mask of ``length`` new queries after ``offset`` cached positions, (T, offset+T), and the
+    key mask ``keys`` (B, offset+T) when given; None when every key may be seen (one new query)."""
+    causal = None
+    if length > 1:
+        causal = (
+            torch.arange(offset + length, device=device)
+            <= torch.arange(offset, offset + length, device=device)[:, None]
+        )
+    if keys is None:
+        return causal
+    keys = keys.bool()[:, None, None, :]  # (B, 1, 1, offset+T)
+    return keys if causal is None else keys & causal
+
+
+class Seq2SeqTransformerForConditionalGeneration(PreTrainedModel, GenerationMixin):
+    """seq2seq's Transformer: encoder, decoder with a key/value cache, output projection."""
+
+    config_class = Seq2SeqTransformerConfig
+    base_model_prefix = "seq2seq"
+    main_input_name = "input_ids"
+    _supports_cache_class = True  # transformers 4.x: generate() makes an EncoderDecoderCache for it
+
+    def __init__(self, config: Seq2SeqTransformerConfig) -> None:
+        super().__init__(config)
+        self.encoder = Encoder(config)
+        self.decoder = Decoder(config)
+        self.generator = (
+            None if config.tie_embeddings else nn.Linear(config.d_model, config.vocab_size, bias=False)
+        )
+        self.post_init()
+
+    def get_encoder(self) -> Encoder:
+        return self.encoder
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.encoder.embed.tokens
+
+    @property
+    def target_tokens(self) -> nn.Embedding:
+        """The decoder's token table: the encoder's when the embeddings are tied."""
+        return self.encoder.embed.tokens if self.config.tie_embeddings else self.decoder.embed.tokens
+
+    def forward(
+        self,
+        input_ids: Tensor | None = None,
+        attention_mask: Tensor | None = None,
+        decoder_input_ids: Tensor | None = None,
+        decoder_attention_mask: Tensor | None = None,
+        encoder_outputs: BaseModelOutput | tuple | None = None,
+        labels: Tensor | None = None,
+        use_cache: bool | None = None,
+        cache: EncoderDecoderCache | None = None,
+        past_key_values: EncoderDecoderCache | None = None,  # transformers 4.x's name for ``cache``
+        **kwargs,
+    ) -> Seq2SeqLMOutput:
+        """Logits (B, T, V) of ``decoder_input_ids`` (B, T) given the source; ``labels`` (B, T), when
+        given without ``decoder_input_ids``, are shifted right behind BOS and give the mean
+        cross-entropy over non -100 positions. Other transformers options (``return_dict``,
+        ``output_attentions``, ...) are accepted and have no effect."""
+        if encoder_outputs is None:
+            encoder_outputs = self.encoder(input_ids, attention_mask)
+        memory = encoder_outputs[0]
+        if decoder_input_ids is None and labels is not None:
+            start = labels.new_full((labels.size(0), 1), self.config.decoder_start_token_id)
+            shifted = torch.cat([start, labels[:, :-1]], dim=1)  # (B, T)
+            decoder_input_ids = shifted.masked_fill(shifted == -100, self.config.pad_token_id)
+        cache = cache if cache is not None else past_key_values
+        if (
+            cache is None
+            and (use_cache if use_cache is not None else self.config.use_cache)
+            and labels is None
+        ):
+            cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
+        hidden = self.decoder(
+            decoder_input_ids,
+            self.target_tokens,
+            memory,
+            memory_mask(input_ids, attention_mask, self.config.pad_token_id),
+            decoder_attention_mask,
+            cache,
+        )
+        output = self.target_tokens.weight if self.generator is None else self.generator.weight
+        logits = F.linear(hidden, output)  # (B, T, V)
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
+        return Seq2SeqLMOutput(
+            loss=loss, logits=logits, encoder_last_hidden_state=memory, **{CACHE_FIELD: cache}
+        )
+
+    def prepare_inputs_for_generation(
+        self,
+        input_ids: Tensor,
+        cache: EncoderDecoderCache | None = None,
+        past_key_values: EncoderDecoderCache | None = None,
+        attention_mask: Tensor | None = None,
+        decoder_attention_mask: Tensor | None = None,
+        encoder_outputs: BaseModelOutput | None = None,
+        use_cache: bool | None = None,
+        **kwargs,
+    ) -> dict:
+        """What ``generate()`` passes to :meth:`forward` each step: the decoder ids not in the cache yet."""
+        cache = cache if cache is not None else past_key_values
+        done = cache.get_seq_length() if cache is not None else 0
+        return {
+            "decoder_input_ids": input_ids[:, done:],
+            "attention_mask": attention_mask,
+            "decoder_attention_mask": decoder_attention_mask,
+            "encoder_outputs": encoder_outputs,
+            "use_cache": use_cache,
+            "cache": cache,
+        }
