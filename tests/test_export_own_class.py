@@ -30,6 +30,7 @@ from seq2seq.export import to_transformers
 from seq2seq.export.__main__ import main as export_main
 from seq2seq.export.to_transformers import export_to_transformers
 from seq2seq.export.transformers_class import OWN
+from seq2seq.inference.backends import open_model
 from seq2seq.inference.cli import main as translate_main
 from seq2seq.inference.translator import Translator
 from seq2seq.serving.app import create_app
@@ -59,7 +60,7 @@ def exported(swiglu_ckpt: Path, tmp_path_factory: pytest.TempPathFactory) -> Pat
 
 @pytest.fixture(scope="module")
 def ours(swiglu_ckpt: Path) -> Translator:
-    return Translator.from_checkpoint(swiglu_ckpt, "cpu", dtype="float32")
+    return open_model(swiglu_ckpt, device="cpu", dtype="float32").translator
 
 
 def imported_packages(code: str) -> set[str]:
@@ -142,8 +143,8 @@ def test_translate_py_model_prints_what_the_checkpoint_prints(
 
 
 def test_serve_py_model_answers_as_translate_py(exported: Path, ours: Translator) -> None:
-    served, translator = load(build_parser().parse_args(["--model", str(exported), "--device", "cpu"]))
-    service = TranslationService(served, DynamicBatcher(translator, 64, 0.005), Limits())
+    translator, facts, _ = load(build_parser().parse_args(["--model", str(exported), "--device", "cpu"]))
+    service = TranslationService(facts, DynamicBatcher(translator, 64, 0.005), Limits())
     with TestClient(create_app(service)) as client:
         response = client.post("/translate", json={"text": SOURCES[:6], "beam": 1})
     assert response.status_code == 200, response.text
@@ -191,7 +192,7 @@ def test_without_the_package_trust_remote_code_loads_it(
     check, for other transformers versions.)"""
     if which == "marian":
         exported = export_to_transformers(trained_ckpt, tmp_path / "marian")
-        ours = Translator.from_checkpoint(trained_ckpt, "cpu", dtype="float32")
+        ours = open_model(trained_ckpt, device="cpu", dtype="float32").translator
     sentences = SOURCES[:20]
     encoded = ours.encode(sentences)
     tgt = [[BOS_ID, *best[0].tokens, EOS_ID] for best in ours.search(encoded, ours.settings(beam=1))]
@@ -230,7 +231,7 @@ def test_what_marian_and_pegasus_lack_gets_the_own_class_and_our_logits(
     assert f"transformers class: {OWN}" in err and gap in err
     model = auto_model(tmp_path / "out")
     mine, theirs, real = teacher_forced_logits(
-        model, Translator.from_checkpoint(ckpt, "cpu", dtype="float32"), SOURCES[:16]
+        model, open_model(ckpt, device="cpu", dtype="float32").translator, SOURCES[:16]
     )
     assert (mine - theirs)[real].abs().max().item() < 1e-4
 
