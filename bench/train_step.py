@@ -1,8 +1,9 @@
 """Training-step benchmark: our Transformer vs a ``torch.nn.Transformer`` twin, and model FLOPs utilisation.
 
 One step = forward, label-smoothed loss, backward, gradient clipping and an AdamW update (fused
-in fp32, as the Lightning module does on a CPU), for both models; ours uses the module's loss (which also
-yields the NLL it logs), the twin ``F.cross_entropy(label_smoothing=0.1)`` in float32. The twin
+on a CPU, as the Lightning module does), for both models; ours uses the module's loss (which also
+yields the NLL and accuracy it logs, at real target tokens only), the twin
+``F.cross_entropy(label_smoothing=0.1)`` in float32. The twin
 has identical sizes (d_model, heads, layers, d_ff, shared vocabulary, tied embeddings, dropout)
 and gets the same real-corpus batches and the same masks (source padding, target padding +
 causal). Repetitions are interleaved and medians reported. Like ``train.py``, it runs with
@@ -75,8 +76,8 @@ from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, TranslationTokenizer 
 from seq2seq.hardware import AUTO, Hardware, describe, detect, precision_dtype, resolve_precision  # noqa: E402
 from seq2seq.model import Transformer  # noqa: E402
 from seq2seq.model.transformer import sinusoidal_table  # noqa: E402
-from seq2seq.training.loss import label_smoothed_loss  # noqa: E402
-from seq2seq.training.module import adamw  # noqa: E402
+from seq2seq.training.loss import sequence_loss  # noqa: E402
+from seq2seq.training.module import adamw, fused_adamw_applies  # noqa: E402
 
 VOCAB = 8000
 SIZES = ("small", "base")  # configs/model/<size>.yaml
@@ -123,31 +124,39 @@ class TorchTransformer(nn.Module):
         return self.generator(out)
 
 
-def ours_loss(logits: Tensor, target: Tensor) -> Tensor:
-    """What the Lightning module computes: smoothed loss (and the NLL it logs) in one pass."""
-    loss_sum, _, n_tokens = label_smoothed_loss(logits, target, 0.1, PAD_ID)
-    return loss_sum / n_tokens
+def ours_loss(model: Transformer, batch: Batch) -> Tensor:
+    """What the Lightning module computes: the output projection and the smoothed loss (and the NLL
+    and accuracy it logs) at real target tokens only."""
+    memory, src_mask = model.encode(batch.src)
+    states = model.decode_states(batch.tgt_in, memory, src_mask)
+    sums = sequence_loss(states, model.generator, batch.tgt_out, 0.1, PAD_ID)
+    return sums.loss / sums.tokens
 
 
-def torch_loss(logits: Tensor, target: Tensor) -> Tensor:
+def torch_loss(model: nn.Module, batch: Batch) -> Tensor:
     """PyTorch's own label-smoothed cross-entropy, as a plain ``nn.Transformer`` script would use."""
+    logits = model(batch.src, batch.tgt_in)
     return F.cross_entropy(
-        logits.flatten(0, 1).float(), target.flatten(), ignore_index=PAD_ID, label_smoothing=0.1
+        logits.flatten(0, 1).float(), batch.tgt_out.flatten(), ignore_index=PAD_ID, label_smoothing=0.1
     )
 
 
+PRECISIONS = {torch.float32: "32-true", torch.bfloat16: "bf16-mixed", torch.float16: "16-mixed"}
+
+
 def train_step_fn(
-    model: nn.Module, loss_fn: Callable[[Tensor, Tensor], Tensor], dtype: torch.dtype
+    model: nn.Module, loss_fn: Callable[[Any, Batch], Tensor], dtype: torch.dtype
 ) -> Callable[[Batch], None]:
-    """One optimisation step on a batch (on the model's device), the way the Lightning module does it."""
+    """One optimisation step on a batch (on the model's device), the way the Lightning module does it:
+    forward and loss under autocast, gradient clipping by norm, AdamW fused where the module fuses it."""
     device = next(model.parameters()).device.type
-    fused = device == "cpu" and dtype == torch.float32
+    fused = fused_adamw_applies(device, PRECISIONS[dtype])
     optimizer = adamw(model.parameters(), fused=fused, lr=1e-4, betas=(0.9, 0.98))
 
     def step(batch: Batch) -> None:
         with torch.autocast(device, dtype=dtype, enabled=dtype != torch.float32):
-            logits = model(batch.src, batch.tgt_in)
-        loss_fn(logits, batch.tgt_out).backward()
+            loss = loss_fn(model, batch)
+        loss.backward()
         nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=True)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)

@@ -5,7 +5,7 @@ import torch
 
 from seq2seq.data.tokenizer import PAD_ID
 from seq2seq.model.dropout import Dropout
-from seq2seq.training.loss import label_smoothed_loss, plain_label_smoothed_loss
+from seq2seq.training.loss import label_smoothed_loss, plain_label_smoothed_loss, sequence_loss
 from seq2seq.training.module import adamw
 
 
@@ -32,9 +32,33 @@ def test_fast_loss_and_gradient_equal_the_plain_loss(dtype: torch.dtype, smoothi
 def test_loss_leaves_float32_logits_untouched() -> None:
     logits = torch.randn(2, 3, 10, requires_grad=True)
     before = logits.detach().clone()
-    loss, _, _ = label_smoothed_loss(logits, torch.tensor([[1, 2, 3], [4, 5, PAD_ID]]), 0.1, PAD_ID)
-    loss.backward()
+    label_smoothed_loss(logits, torch.tensor([[1, 2, 3], [4, 5, PAD_ID]]), 0.1, PAD_ID).loss.backward()
     assert torch.equal(logits.detach(), before)
+
+
+def test_accuracy_counts_the_real_tokens_ranked_first() -> None:
+    logits = torch.zeros(1, 4, 5)
+    logits[0, torch.arange(4), torch.tensor([1, 2, 3, 4])] = 1.0  # the model ranks 1, 2, 3, 4 first
+    sums = label_smoothed_loss(logits, torch.tensor([[1, 2, 4, PAD_ID]]), 0.1, PAD_ID)  # hit, hit, miss
+    assert (int(sums.correct), int(sums.tokens)) == (2, 3)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_projecting_only_real_tokens_equals_the_loss_of_all_logits(dtype: torch.dtype) -> None:
+    torch.manual_seed(0)
+    states = torch.randn(3, 40, 16, requires_grad=True)
+    generator = torch.nn.Linear(16, 300, bias=False)
+    target = torch.randint(1, 300, (3, 40))
+    target[1:, 25:] = PAD_ID
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
+        ours = sequence_loss(states, generator, target, 0.1, PAD_ID)
+        reference = label_smoothed_loss(generator(states), target, 0.1, PAD_ID)
+    for got, expected in zip(ours, reference, strict=True):
+        torch.testing.assert_close(got, expected)
+    grads = torch.autograd.grad(ours.loss, [states, generator.weight])
+    expected_grads = torch.autograd.grad(reference.loss, [states, generator.weight])
+    for got, expected in zip(grads, expected_grads, strict=True):
+        torch.testing.assert_close(got, expected)
 
 
 @pytest.mark.parametrize("p", [0.1, 0.3])

@@ -25,11 +25,11 @@ def test_tiny_model_overfits_and_greedy_reproduces_targets(tiny_model_cfg: Model
     tgt_out = pad_ids([[*t, EOS_ID] for _, t in PAIRS])
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
     for _ in range(300):
-        loss_sum, _, n_tokens = label_smoothed_loss(model(src, tgt_in), tgt_out, smoothing=0.0, pad_id=PAD_ID)
+        sums = label_smoothed_loss(model(src, tgt_in), tgt_out, smoothing=0.0, pad_id=PAD_ID)
         optimizer.zero_grad()
-        (loss_sum / n_tokens).backward()
+        (sums.loss / sums.tokens).backward()
         optimizer.step()
-    assert (loss_sum / n_tokens).item() < 0.01
+    assert (sums.loss / sums.tokens).item() < 0.01
     model.eval()
     hypotheses = generate(model, src, DecodeConfig(beam_size=1))
     assert [h[0].tokens for h in hypotheses] == [t for _, t in PAIRS]

@@ -136,11 +136,21 @@ class Transformer(nn.Module):
         self, tgt: Tensor, memory: Tensor, src_mask: Tensor, attention: dict[str, list[Tensor]] | None = None
     ) -> Tensor:
         """Teacher-forced decoder. tgt: (B, T) ids -> logits (B, T, V)."""
+        return self.generator(self.decode_states(tgt, memory, src_mask, attention))
+
+    def decode_states(
+        self, tgt: Tensor, memory: Tensor, src_mask: Tensor, attention: dict[str, list[Tensor]] | None = None
+    ) -> Tensor:
+        """The decoder's final states, which ``generator`` turns into logits. tgt: (B, T) -> (B, T, D).
+
+        Training projects only the states of real target tokens
+        (:func:`~seq2seq.training.loss.sequence_loss`).
+        """
         tgt_mask = padding_mask(tgt, self.pad_id) & causal_mask(tgt.size(1), tgt.device)  # (B, 1, T, T)
         x = self.tgt_embed(tgt)
         for layer in self.decoder_layers:
             x = layer(x, memory, tgt_mask, src_mask, attention)
-        return self.generator(self.decoder_norm(x))
+        return self.decoder_norm(x)
 
     def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
         """src: (B, S), tgt: (B, T) -> logits (B, T, V)."""
