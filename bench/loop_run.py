@@ -1,5 +1,5 @@
 """One run of the default recipe's real training loop, on any version of the code: what
-``bench/train_step.py --loop`` times and ``bench/profile.py`` profiles.
+``bench/train_step.py --loop`` times and ``bench/step_profile.py`` profiles.
 
 ``train.py``'s own path (``seq2seq.recipe.choose_recipe``, then ``seq2seq.training.run.train``:
 the Lightning Trainer, the module, the data module, EMA, logging and callbacks as it builds them),
@@ -13,7 +13,7 @@ would wait for ``val/bleu``, goes with it), since it is not part of a training s
 It imports only what every version since a2c4f28 has, from the tree given by ``--tree``, so one
 process can run today's code and another the code at an earlier commit (:func:`code_at` extracts
 it). As a script it writes the result as JSON; :func:`loop_in_subprocess` starts it, and
-``bench/profile.py`` calls :func:`run_loop` in-process with its own callbacks.
+``bench/step_profile.py`` calls :func:`run_loop` in-process with its own callbacks.
 
     python bench/loop_run.py --tree DIR --steps 30 --warmup 5 --out result.json [--record] [overrides]
 """
@@ -49,8 +49,9 @@ def meter(steps: int, warmup: int, record: bool) -> Any:
 
     class Meter(pl.Callback):
         def __init__(self) -> None:
-            self.started = 0.0
+            self.started = self.cpu_started = 0.0
             self.seconds = 0.0
+            self.cpu_seconds = 0.0  # this process's threads (a data loader worker's time is not in it)
             self.tokens = 0
             self.losses: list[float] = []
             self.lrs: list[float] = []
@@ -64,11 +65,12 @@ def meter(steps: int, warmup: int, record: bool) -> Any:
                 self.losses.append(float(loss))
                 self.lrs.append(float(trainer.optimizers[0].param_groups[0]["lr"]))
             if step == warmup:
-                self.started = time.perf_counter()
+                self.started, self.cpu_started = time.perf_counter(), time.process_time()
             elif step > warmup:
                 self.tokens += _tokens(batch)
             if step >= warmup + steps:
                 self.seconds = time.perf_counter() - self.started
+                self.cpu_seconds = time.process_time() - self.cpu_started
                 trainer.should_stop = True
 
     return Meter()
@@ -164,6 +166,7 @@ def main() -> None:
         tokens=timer.tokens,
         seconds=timer.seconds,
         tokens_per_s=timer.tokens / timer.seconds,
+        tokens_per_cpu_s=timer.tokens / timer.cpu_seconds,
         steps=args.steps,
         losses=timer.losses,
         lrs=timer.lrs,

@@ -94,9 +94,9 @@ def group_of(event: FunctionEvent) -> str:
         phase = next((group for group, prefixes in PHASES if ancestor.startswith(prefixes)), None)
         if phase is not None:
             return phase
-    if name == "aten::_foreach_lerp_":
+    if "aten::_foreach_lerp_" in names:  # on a CPU, foreach ops run tensor by tensor, as children
         return "EMA"
-    if name.startswith("aten::_foreach_") or name == "aten::linalg_vector_norm":
+    if any(ancestor.startswith("aten::_foreach_") for ancestor in names):
         return "optimizer"  # gradient clipping
     if name in CASTS:
         return "casts"

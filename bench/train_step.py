@@ -381,18 +381,26 @@ def bench_loop(args: argparse.Namespace, data: tuple) -> list[tuple[str, float, 
         f"(f) the default recipe's training loop: {args.steps} steps after {args.warmup}, "
         f"{args.reps} runs of each version"
     )
-    speeds: dict[str, list[float]] = {f"{args.baseline} (today's path)": [], "this tree": []}
+    labels = (f"{args.baseline} (today's path)", "this tree")
+    results: dict[str, list[dict]] = {label: [] for label in labels}
     with code_at(ROOT, args.baseline) as baseline:
-        trees = dict(zip(speeds, (baseline, ROOT), strict=True))
+        trees = dict(zip(labels, (baseline, ROOT), strict=True))
         for rep in range(args.reps):
-            for label in list(trees)[:: 1 if rep % 2 == 0 else -1]:  # which goes first alternates
+            for label in labels[:: 1 if rep % 2 == 0 else -1]:  # which goes first alternates
                 result = loop_in_subprocess(trees[label], args.steps, args.warmup, args.set)
-                speeds[label].append(result["tokens_per_s"])
-                print(f"  {label:24s} {result['tokens_per_s']:8.0f} tokens/s ({result['precision']})")
-    old, new = (statistics.median(values) for values in speeds.values())
+                results[label].append(result)
+                print(
+                    f"  {label:24s} {result['tokens_per_s']:8.0f} tokens/s, "
+                    f"{result['tokens_per_cpu_s']:6.0f} per CPU-second ({result['precision']})"
+                )
+    (old, new), (old_cpu, new_cpu) = (
+        [statistics.median(r[key] for r in results[label]) for label in labels]
+        for key in ("tokens_per_s", "tokens_per_cpu_s")
+    )
     print(
-        f"  median: {new:.0f} vs {old:.0f} tokens/s; load average {load:.1f} at the start, "
-        f"{os.getloadavg()[0]:.1f} at the end"
+        f"  median: {new:.0f} vs {old:.0f} tokens/s ({new / old:.3f}x); per CPU-second of the training "
+        f"process, which other load moves less: {new_cpu:.0f} vs {old_cpu:.0f} ({new_cpu / old_cpu:.3f}x); "
+        f"load average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"
     )
     cfg = compose_default(ROOT, args.set)
     model_cfg = validated(ModelConfig, cfg.model, "model")

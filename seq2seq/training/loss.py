@@ -7,7 +7,8 @@ backward pass writes the gradient once, from the closed form
 ``dloss/dlogits = softmax - (1 - ε)·onehot(target) - ε/V``, and all float32 work happens in
 row chunks (512 KB on a CPU, to stay in its L2 cache). Only the real target tokens are projected
 and scored (:func:`sequence_loss`), and the same pass over the logits counts the tokens that the
-model ranks first, which the accuracy metric would otherwise read the logits again for.
+model ranks first, which the accuracy metric would otherwise read the logits again for (a
+target tied for first counts: a row maximum costs a tenth of ``argmax`` on a CPU).
 :func:`plain_label_smoothed_loss` is the same loss in PyTorch's own ops, the reference the fast
 one is tested against.
 """
@@ -35,12 +36,12 @@ class LossSums(NamedTuple):
 
     loss: Tensor  # label-smoothed cross-entropy, differentiable
     nll: Tensor  # plain negative log-likelihood, for perplexity
-    correct: Tensor  # tokens whose target is the argmax of the logits, for accuracy
+    correct: Tensor  # tokens whose target's logit is the largest (a tie for first counts), for accuracy
     tokens: Tensor  # real target tokens
 
 
 class _SmoothedCrossEntropy(torch.autograd.Function):
-    """Summed smoothed loss, summed NLL and argmax hits of logits (N, V) against targets (N,).
+    """Summed smoothed loss, summed NLL and top-1 hits of logits (N, V) against targets (N,).
 
     The forward keeps each row's log-sum-exp (N floats), so the backward gets the softmax with
     one subtraction and one exponential, written straight into the gradient when it is float32.
@@ -58,8 +59,9 @@ class _SmoothedCrossEntropy(torch.autograd.Function):
             target_logp = logp.gather(1, chunk_target).squeeze(1)  # (n,)
             nll[rows] = -target_logp
             uniform[rows] = -logp.mean(dim=1)
-            log_norm[rows] = chunk.gather(1, chunk_target).squeeze(1).float() - target_logp
-            correct += (chunk.argmax(dim=1) == chunk_target.squeeze(1)).sum()
+            target_logit = chunk.gather(1, chunk_target).squeeze(1)  # (n,)
+            log_norm[rows] = target_logit.float() - target_logp
+            correct += (target_logit == chunk.amax(dim=1)).sum()  # a tenth of argmax's time on a CPU
         ctx.save_for_backward(logits, target, log_norm)
         ctx.smoothing = smoothing
         ctx.mark_non_differentiable(nll, correct)
@@ -114,5 +116,6 @@ def plain_label_smoothed_loss(logits: Tensor, target: Tensor, smoothing: float, 
     )
     nll = F.cross_entropy(flat_logits, flat_target, ignore_index=pad_id, reduction="sum")
     real = flat_target != pad_id
-    correct = ((flat_logits.argmax(dim=1) == flat_target) & real).sum()
+    target_logit = flat_logits.gather(1, flat_target[:, None]).squeeze(1)
+    correct = ((target_logit == flat_logits.max(dim=1).values) & real).sum()
     return LossSums(loss, nll.detach(), correct, real.sum())
