@@ -17,6 +17,7 @@ Python, Lightning's hooks and logging, autograd's bookkeeping, the profiler's ow
 Markdown table (ms per step and share of the step, both parts), and the unprofiled ms per step.
 
     python bench/step_profile.py [--dtype fp32|bf16|auto] [--steps 3] [--loop-steps 10] [--part bare loop]
+                                 [--set KEY=VALUE ...]
 """
 
 from __future__ import annotations
@@ -234,15 +235,15 @@ def main() -> None:
     parser.add_argument("--loop-steps", type=int, default=10, help="(b) loop steps timed, then profiled")
     parser.add_argument("--warmup", type=int, default=3, help="(b) loop steps before those")
     parser.add_argument("--part", nargs="+", choices=["bare", "loop"], default=["bare", "loop"])
+    parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="Hydra overrides")
     args = parser.parse_args()
     print(describe())
-    overrides = [f"trainer.precision={PRECISIONS[args.dtype]}"]
-    cfg = compose_default(ROOT, overrides)
+    cfg = compose_default(ROOT, [*args.set, f"trainer.precision={PRECISIONS[args.dtype]}"])
     precision, reason = resolve_precision(
         cfg.trainer.precision, validated(ModelConfig, cfg.model, "model"), "cpu"
     )
     print(f"precision: {precision} ({reason})")
-    overrides = [f"trainer.precision={precision}"]  # the loop need not probe again
+    overrides = [*args.set, f"trainer.precision={precision}"]  # the loop need not probe again
     splits = {}
     if "bare" in args.part:
         splits["bare step"] = profile_bare(cfg, precision_dtype(str(precision)), args.steps)

@@ -129,7 +129,7 @@ def ours_loss(model: Transformer, batch: Batch) -> Tensor:
     and accuracy it logs) at real target tokens only."""
     memory, src_mask = model.encode(batch.src)
     states = model.decode_states(batch.tgt_in, memory, src_mask)
-    sums = sequence_loss(states, model.generator, batch.tgt_out, 0.1, PAD_ID)
+    sums = sequence_loss(states, model.generator.weight, batch.tgt_out, 0.1, PAD_ID)
     return sums.loss / sums.tokens
 
 

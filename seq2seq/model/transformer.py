@@ -143,7 +143,7 @@ class Transformer(nn.Module):
     ) -> Tensor:
         """The decoder's final states, which ``generator`` turns into logits. tgt: (B, T) -> (B, T, D).
 
-        Training projects only the states of real target tokens
+        Training projects them with the loss, at real target tokens only
         (:func:`~seq2seq.training.loss.sequence_loss`).
         """
         tgt_mask = padding_mask(tgt, self.pad_id) & causal_mask(tgt.size(1), tgt.device)  # (B, 1, T, T)

@@ -107,7 +107,7 @@ class TranslationModule(pl.LightningModule):
         memory, src_mask = model.encode(batch.src)
         states = model.decode_states(batch.tgt_in, memory, src_mask)  # (B, T, D)
         sums = sequence_loss(
-            states, model.generator, batch.tgt_out, self.optim_cfg.label_smoothing, self.model.pad_id
+            states, model.generator.weight, batch.tgt_out, self.optim_cfg.label_smoothing, self.model.pad_id
         )
         loss, nll = sums.loss / sums.tokens, sums.nll / sums.tokens
         on_step = stage == "train"
