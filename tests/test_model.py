@@ -239,3 +239,21 @@ def test_swiglu_with_two_thirds_of_d_ff_has_the_parameters_of_relu() -> None:
     with torch.device("meta"):  # sizes only
         models = [Transformer(cfg, 8000, 8000) for cfg in (relu_cfg, swiglu_cfg)]
     assert _parameters(models[1]) == pytest.approx(_parameters(models[0]), rel=1e-3)
+
+
+def test_compile_compiles_the_layers_that_training_runs_and_keeps_the_names() -> None:
+    """Training calls encode/decode_states, not forward: the layers are what must be compiled."""
+    model = tiny_model(training=True, activation="swiglu", norm_first=True)
+    src, tgt = batch()
+    expected = model(src, tgt)
+    names = list(model.state_dict())
+    torch._dynamo.reset()
+    model.compile(backend="eager", dynamic=True)  # dynamo captures each layer; no C++ compiler needed
+    memory, src_mask = model.encode(src)
+    got = model.generator(model.decode_states(tgt, memory, src_mask))
+    torch.testing.assert_close(got, expected)
+    assert list(model.state_dict()) == names
+    compiled = [
+        layer._compiled_call_impl is not None for layer in [*model.encoder_layers, *model.decoder_layers]
+    ]
+    assert all(compiled) and len(compiled) == 4
