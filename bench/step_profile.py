@@ -70,7 +70,7 @@ CASTS = {"aten::copy_", "aten::_to_copy", "aten::to", "aten::clone", "aten::_cop
 MATMULS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear"}
 ATTENTION = ("scaled_dot_product", "ScaledDotProduct")
 NORMS = ("layer_norm", "LayerNorm")
-LOSS = ("_SmoothedCrossEntropy",)
+LOSS = ("SmoothedCrossEntropy",)  # the loss's autograd Function, forward and backward, old and new
 PRECISIONS = {"fp32": "32-true", "bf16": "bf16-mixed", "auto": "auto"}
 
 
