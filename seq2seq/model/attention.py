@@ -73,9 +73,9 @@ class MultiHeadAttention(nn.Module):
     incremental decoder can compute cross-attention K/V once and grow a self-attention cache.
     Self-attention in training mode projects Q, K and V in one matmul, with the weights of
     ``q_proj`` and ``kv_proj`` concatenated for it (the parameters and their names stay as they
-    are): a fifth less time for the projections on a 2-core AVX2 CPU, and under bf16 autocast the
-    input is cast once instead of twice. Inference keeps two matmuls, which spares every decoding
-    step the concatenation.
+    are): fewer, larger operations, and under bf16 autocast the input is cast once instead of twice
+    (about neutral in fp32 on a 2-core AVX2 CPU: README, Performance). Inference keeps two matmuls,
+    which spares every decoding step the concatenation.
     """
 
     def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0) -> None:

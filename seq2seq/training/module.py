@@ -55,7 +55,7 @@ def fused_adamw_applies(device_type: str, precision: str) -> bool:
     """Whether training takes the fused AdamW: on a CPU, unless fp16 loss scaling is on.
 
     With fp16 gradients are scaled, and the fused kernel would unscale them inside its step, after
-    clipping; fp32 and bf16 need no scaling. (On a GPU the multi-tensor kernels stay, as measured.)
+    clipping; fp32 and bf16 need no scaling. (On a GPU the multi-tensor kernels stay, as before.)
     """
     return device_type == "cpu" and not precision.startswith("16")
 
