@@ -69,6 +69,9 @@ LEVERS = {
     "raw_weights": Lever(("optim.ema_decay=0",)),
     "pre_norm": Lever(("model.norm_first=true",)),  # the default of spa_en_cpu since this study
     "post_norm": Lever(("model.norm_first=false",)),  # the default before it
+    # issue #37: wider at the default's FFN ratio (SwiGLU d_ff = 2.67 d_model): 15.5 M and 26.2 M parameters
+    "width_384": Lever(("model.d_model=384", "model.d_ff=1024")),
+    "width_512": Lever(("model.d_model=512", "model.d_ff=1365")),
     "no_label_smoothing": Lever(("optim.label_smoothing=0",)),
     "label_smoothing_0.2": Lever(("optim.label_smoothing=0.2",)),
 }

@@ -1,8 +1,9 @@
 """Training-step benchmark: our Transformer vs a ``torch.nn.Transformer`` twin, and model FLOPs utilisation.
 
 One step = forward, label-smoothed loss, backward, gradient clipping and an AdamW update (fused
-in fp32, as the Lightning module does on a CPU), for both models; ours uses the module's loss (which also
-yields the NLL it logs), the twin ``F.cross_entropy(label_smoothing=0.1)`` in float32. The twin
+on a CPU, as the Lightning module does), for both models; ours uses the module's loss (which also
+yields the NLL and accuracy it logs, at real target tokens only), the twin
+``F.cross_entropy(label_smoothing=0.1)`` in float32. The twin
 has identical sizes (d_model, heads, layers, d_ff, shared vocabulary, tied embeddings, dropout)
 and gets the same real-corpus batches and the same masks (source padding, target padding +
 causal). Repetitions are interleaved and medians reported. Like ``train.py``, it runs with
@@ -25,22 +26,36 @@ Model FLOPs per step = 6 · (encoder non-embedding params · source tokens + dec
 params · target tokens + d_model · vocab · target tokens for the output projection) plus
 attention, 12 · d_model · (queries · keys) per layer and attention kind (forward 4, backward 8).
 
+(f) with ``--loop``: the default recipe's real training loop (``train.py``'s Trainer, module, data
+    module, EMA, logging and callbacks; ``bench/loop_run.py``) for ``--steps`` steps after
+    ``--warmup``, this working tree against today's path, the code at ``--baseline`` (a2c4f28, the
+    commit issue #37 measured), extracted with ``git archive``: each run in its own process,
+    repetitions alternating which goes first, medians; also per CPU-second of the training process,
+    which load from other processes moves much less than wall time. Then our bare step of the same
+    model as a share of the matmul ceiling. ``--record FILE`` instead writes one run's per-step loss and LR
+    (``--steps 500 --seed S``, the code at ``--ref`` or this tree) as JSON, for the loss-curve check.
+
 Ends with ``RATIO <name> <value> target <t>`` lines.
 
     python bench/train_step.py [--sizes small_postnorm base] [--dtype fp32|bf16|auto] [--contention]
                                [--compile] [--device cpu|cuda]
+    python bench/train_step.py --loop [--steps 30] [--warmup 5] [--reps 3] [--baseline REF] [--set K=V ...]
+    python bench/train_step.py --loop --record FILE --steps 500 --seed S [--ref REF] [--set K=V ...]
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import math
+import os
 import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -55,17 +70,20 @@ import torch.nn.functional as F  # noqa: E402
 from torch import Tensor, nn  # noqa: E402
 
 from bench.decode import median_times, model_config, read_pairs  # noqa: E402
-from seq2seq.config import ModelConfig  # noqa: E402
+from bench.loop_run import code_at, compose_default, loop_in_subprocess  # noqa: E402
+from seq2seq.config import ModelConfig, validated  # noqa: E402
 from seq2seq.data.batching import Batch, collate, pad_ids  # noqa: E402
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, TranslationTokenizer  # noqa: E402
-from seq2seq.hardware import AUTO, describe, precision_dtype, resolve_precision  # noqa: E402
+from seq2seq.hardware import AUTO, Hardware, describe, detect, precision_dtype, resolve_precision  # noqa: E402
 from seq2seq.model import Transformer  # noqa: E402
 from seq2seq.model.transformer import sinusoidal_table  # noqa: E402
-from seq2seq.training.loss import label_smoothed_loss  # noqa: E402
-from seq2seq.training.module import adamw  # noqa: E402
+from seq2seq.training.loss import sequence_loss  # noqa: E402
+from seq2seq.training.module import adamw, fused_adamw_applies  # noqa: E402
 
 VOCAB = 8000
 SIZES = ("small_postnorm", "base")  # configs/model/<size>.yaml: post-norm ReLU, as nn.Transformer
+BASELINE = "a2c4f28"  # today's path: the commit issue #37 measured
+LOOP_TARGETS = (("amx_bf16", 1.5), ("avx512_bf16", 1.3))  # issue #37, by CPU class; AVX2 (fp32): 1.15
 
 
 class TorchTransformer(nn.Module):
@@ -107,31 +125,39 @@ class TorchTransformer(nn.Module):
         return self.generator(out)
 
 
-def ours_loss(logits: Tensor, target: Tensor) -> Tensor:
-    """What the Lightning module computes: smoothed loss (and the NLL it logs) in one pass."""
-    loss_sum, _, n_tokens = label_smoothed_loss(logits, target, 0.1, PAD_ID)
-    return loss_sum / n_tokens
+def ours_loss(model: Transformer, batch: Batch) -> Tensor:
+    """What the Lightning module computes: the output projection and the smoothed loss (and the NLL
+    and accuracy it logs) at real target tokens only."""
+    memory, src_mask = model.encode(batch.src)
+    states = model.decode_states(batch.tgt_in, memory, src_mask)
+    sums = sequence_loss(states, model.generator.weight, batch.tgt_out, 0.1, PAD_ID)
+    return sums.loss / sums.tokens
 
 
-def torch_loss(logits: Tensor, target: Tensor) -> Tensor:
+def torch_loss(model: nn.Module, batch: Batch) -> Tensor:
     """PyTorch's own label-smoothed cross-entropy, as a plain ``nn.Transformer`` script would use."""
+    logits = model(batch.src, batch.tgt_in)
     return F.cross_entropy(
-        logits.flatten(0, 1).float(), target.flatten(), ignore_index=PAD_ID, label_smoothing=0.1
+        logits.flatten(0, 1).float(), batch.tgt_out.flatten(), ignore_index=PAD_ID, label_smoothing=0.1
     )
 
 
+PRECISIONS = {torch.float32: "32-true", torch.bfloat16: "bf16-mixed", torch.float16: "16-mixed"}
+
+
 def train_step_fn(
-    model: nn.Module, loss_fn: Callable[[Tensor, Tensor], Tensor], dtype: torch.dtype
+    model: nn.Module, loss_fn: Callable[[Any, Batch], Tensor], dtype: torch.dtype
 ) -> Callable[[Batch], None]:
-    """One optimisation step on a batch (on the model's device), the way the Lightning module does it."""
+    """One optimisation step on a batch (on the model's device), the way the Lightning module does it:
+    forward and loss under autocast, gradient clipping by norm, AdamW fused where the module fuses it."""
     device = next(model.parameters()).device.type
-    fused = device == "cpu" and dtype == torch.float32
+    fused = fused_adamw_applies(device, PRECISIONS[dtype])
     optimizer = adamw(model.parameters(), fused=fused, lr=1e-4, betas=(0.9, 0.98))
 
     def step(batch: Batch) -> None:
         with torch.autocast(device, dtype=dtype, enabled=dtype != torch.float32):
-            logits = model(batch.src, batch.tgt_in)
-        loss_fn(logits, batch.tgt_out).backward()
+            loss = loss_fn(model, batch)
+        loss.backward()
         nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=True)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -230,8 +256,9 @@ def bench_size(
     flops = sum(model_flops(cfg, ours, b) for b in batches)
     ours, peer = ours.to(args.device), peer.to(args.device)
     batches = [to_device(batch, args.device) for batch in batches]
-    if args.compile:
-        ours, peer = torch.compile(ours, dynamic=True), torch.compile(peer, dynamic=True)
+    if args.compile:  # ours in place: training runs its layers through encode/decode_states
+        ours.compile(dynamic=True)
+        peer = torch.compile(peer, dynamic=True)
     steps = {
         "ours": train_step_fn(ours, ours_loss, dtype),
         "nn.Transformer": train_step_fn(peer, torch_loss, dtype),
@@ -342,6 +369,103 @@ def bench_contention(
     ]
 
 
+def loop_target(hardware: Hardware) -> float:
+    """Issue #37's target for the loop's speed-up on this machine's class (no slower on a GPU)."""
+    if hardware.gpu is not None:
+        return 1.0
+    return next((target for flag, target in LOOP_TARGETS if flag in hardware.flags), 1.15)
+
+
+def bench_loop(args: argparse.Namespace, data: tuple) -> list[tuple[str, float, float]]:
+    """(f) tokens/s of the real loop, this tree vs ``--baseline``, then the bare step's MFU."""
+    load = os.getloadavg()[0]
+    print(
+        f"(f) the default recipe's training loop: {args.steps} steps after {args.warmup}, "
+        f"{args.reps} runs of each version"
+    )
+    labels = (f"{args.baseline} (today's path)", "this tree")
+    results: dict[str, list[dict]] = {label: [] for label in labels}
+    with code_at(ROOT, args.baseline) as baseline:
+        trees = dict(zip(labels, (baseline, ROOT), strict=True))
+        for rep in range(args.reps):
+            for label in labels[:: 1 if rep % 2 == 0 else -1]:  # which goes first alternates
+                result = loop_in_subprocess(trees[label], args.steps, args.warmup, args.set)
+                results[label].append(result)
+                print(
+                    f"  {label:24s} {result['tokens_per_s']:8.0f} tokens/s, "
+                    f"{result['tokens_per_cpu_s']:6.0f} per CPU-second ({result['precision']})"
+                )
+    (old, new), (old_cpu, new_cpu) = (
+        [statistics.median(r[key] for r in results[label]) for label in labels]
+        for key in ("tokens_per_s", "tokens_per_cpu_s")
+    )
+    print(
+        f"  median: {new:.0f} vs {old:.0f} tokens/s ({new / old:.3f}x); per CPU-second of the training "
+        f"process, which other load moves less: {new_cpu:.0f} vs {old_cpu:.0f} ({new_cpu / old_cpu:.3f}x); "
+        f"load average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"
+    )
+    cfg = compose_default(ROOT, args.set)
+    model_cfg = validated(ModelConfig, cfg.model, "model")
+    dtype = precision_dtype(str(result["precision"]))
+    mfu = bench_bare_step(model_cfg, args, data, dtype)
+    name, target = str(dtype).removeprefix("torch."), loop_target(detect())
+    return [
+        ("train_loop_speedup", new / old, target),
+        ("train_loop_speedup_per_cpu_second", new_cpu / old_cpu, target),  # for a busy machine
+        (f"train_mfu_bare_step_{name}", mfu, 0.25 if dtype == torch.bfloat16 else 0.60),
+    ]
+
+
+def bench_bare_step(
+    model_cfg: ModelConfig, args: argparse.Namespace, data: tuple, dtype: torch.dtype
+) -> float:
+    """Our step of the default recipe's model (dropout off, as its budget sets it) over the matmul
+    ceiling of ``dtype``, timed interleaved."""
+    tokenizer, sources, targets = data
+    torch.manual_seed(0)
+    model = Transformer(replace(model_cfg, dropout=0.0), VOCAB, VOCAB).to(args.device)
+    batches = real_batches(tokenizer, sources, targets, args.max_tokens, args.batches)
+    tokens = sum(int((b.src != PAD_ID).sum() + (b.tgt_out != PAD_ID).sum()) for b in batches)
+    flops = sum(model_flops(model_cfg, model, b) for b in batches)
+    batches = [to_device(batch, args.device) for batch in batches]
+    step = train_step_fn(model, ours_loss, dtype)
+    for batch in batches[:2]:
+        step(batch)
+    runs: dict[str, Callable[[], object]] = {"ours": lambda: [step(b) for b in batches]}
+    runs["matmul"], matmul_flops, n = square_matmul(dtype, args.device)
+    times = device_median_times(runs, args.reps, args.device)
+    ceiling = matmul_flops / times["matmul"] / 1e9
+    achieved = flops / times["ours"] / 1e9
+    print(
+        f"  bare step of that model, {dtype}: {tokens / times['ours']:.0f} tokens/s, {achieved:.1f} GFLOP/s, "
+        f"{100 * achieved / ceiling:.1f} % of the {n}x{n} matmul ceiling ({ceiling:.0f} GFLOP/s)"
+    )
+    return achieved / ceiling
+
+
+def record_curve(args: argparse.Namespace) -> None:
+    """``--record``: one run's per-step loss and LR, with what reproduces it, as JSON."""
+    ref = args.ref or "HEAD"
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", ref], capture_output=True, text=True)
+    dirty = (
+        not args.ref
+        and subprocess.run(
+            ["git", "-C", str(ROOT), "status", "--porcelain"], capture_output=True, text=True
+        ).stdout.strip()
+    )
+    overrides = [f"seed={args.seed}", *args.set]
+    with code_at(ROOT, args.ref) if args.ref else contextlib.nullcontext(ROOT) as tree:
+        result = loop_in_subprocess(tree, args.steps - 1, 1, overrides, record=True)
+    result.update(
+        steps=len(result["losses"]),
+        commit=commit.stdout.strip() + (" with uncommitted changes" if dirty else ""),
+        overrides=overrides,
+        hardware=describe(),
+    )
+    args.record.write_text(json.dumps(result, indent=1))
+    print(f"{len(result['losses'])} steps recorded in {args.record}: final loss {result['losses'][-1]:.4f}")
+
+
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -361,7 +485,20 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--contention", action="store_true", help="also time both models with a busy process running"
     )
+    loop = parser.add_argument_group("the real training loop (--loop)")
+    loop.add_argument("--loop", action="store_true", help="time the default recipe's loop against --baseline")
+    loop.add_argument("--steps", type=int, default=30, help="timed steps per run (--record: steps recorded)")
+    loop.add_argument("--warmup", type=int, default=5, help="steps before the timed window")
+    loop.add_argument("--baseline", default=BASELINE, help="git ref of today's path")
+    loop.add_argument(
+        "--set", nargs="+", default=[], metavar="KEY=VALUE", help="Hydra overrides of every run"
+    )
+    loop.add_argument("--record", type=Path, help="write one run's loss and LR per step to this JSON file")
+    loop.add_argument("--seed", type=int, default=42, help="--record: the run's seed")
+    loop.add_argument("--ref", help="--record: the git ref to run (default: this tree as it is)")
     args = parser.parse_args()
+    if args.record and not args.loop:
+        parser.error("--record needs --loop")
     args.dtype = args.dtype or ("bf16" if args.device == "cuda" else "fp32")
     args.device = torch.device(args.device)
     return args
@@ -382,6 +519,9 @@ def main() -> None:
         sys.exit(f"error: --device cuda, but torch {torch.__version__} sees no CUDA GPU on this machine")
     torch.manual_seed(0)
     print(describe())
+    if args.record:
+        record_curve(args)
+        return
     if args.device.type == "cuda":
         print(f"device: cuda, {torch.cuda.get_device_name(args.device)}")
         torch.set_float32_matmul_precision("high")  # TF32 for fp32 matmuls, as train.py sets on a GPU
@@ -391,7 +531,10 @@ def main() -> None:
     tokenizer = TranslationTokenizer.train(sources, targets, VOCAB, shared=True)
     data = (tokenizer, sources, targets)
     print(f"threads {torch.get_num_threads()}, dtype {args.dtype}, compile {args.compile}")
-    ratios = [ratio for name in args.sizes for ratio in bench_size(name, args, data, dtype)]
+    if args.loop:
+        ratios = bench_loop(args, data)
+    else:
+        ratios = [ratio for name in args.sizes for ratio in bench_size(name, args, data, dtype)]
     for name, value, target in ratios:
         print(f"RATIO {name} {value:.2f} target {target}")
 

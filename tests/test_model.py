@@ -1,5 +1,5 @@
 """Transformer invariants: padding, causality, positions, and cached == full decoding (with each FFN
-activation); the FFNs themselves."""
+activation, in the training forward's fused projections too); the FFNs themselves."""
 
 import math
 
@@ -15,14 +15,18 @@ PAD = 0
 VOCAB = 40
 
 
-def tiny_model(**overrides) -> Transformer:
+def tiny_model(training: bool = False, **overrides) -> Transformer:
+    """Without dropout; ``training=True`` takes the training forward (fused Q/K/V and SwiGLU projections)."""
     torch.manual_seed(0)
     cfg = ModelConfig(
         d_model=16, n_heads=2, n_encoder_layers=2, n_decoder_layers=2, d_ff=32, dropout=0.0, max_positions=32
     )
     for key, value in overrides.items():
         setattr(cfg, key, value)
-    return Transformer(cfg, VOCAB, VOCAB).eval()
+    return Transformer(cfg, VOCAB, VOCAB).train(training)
+
+
+TRAINING = pytest.mark.parametrize("training", [False, True], ids=["inference", "training"])
 
 
 def batch() -> tuple[torch.Tensor, torch.Tensor]:
@@ -33,8 +37,9 @@ def batch() -> tuple[torch.Tensor, torch.Tensor]:
 
 @pytest.mark.parametrize("activation", ACTIVATIONS)
 @pytest.mark.parametrize("norm_first", [False, True])
-def test_encoder_ignores_pad_content_in_every_layer(norm_first, activation):
-    model = tiny_model(norm_first=norm_first, activation=activation)
+@TRAINING
+def test_encoder_ignores_pad_content_in_every_layer(norm_first, activation, training):
+    model = tiny_model(training, norm_first=norm_first, activation=activation)
     src, _ = batch()
     memory, _ = model.encode(src)
     # Give the pad token a wild embedding: real positions must not notice, in any layer.
@@ -46,8 +51,9 @@ def test_encoder_ignores_pad_content_in_every_layer(norm_first, activation):
 
 
 @pytest.mark.parametrize("activation", ACTIVATIONS)
-def test_extra_padding_changes_nothing_at_real_positions(activation):
-    model = tiny_model(activation=activation)
+@TRAINING
+def test_extra_padding_changes_nothing_at_real_positions(activation, training):
+    model = tiny_model(training, activation=activation)
     src, tgt = batch()
     logits = model(src, tgt)
     longer_src = torch.cat([src, torch.full((2, 3), PAD)], dim=1)
@@ -57,8 +63,9 @@ def test_extra_padding_changes_nothing_at_real_positions(activation):
     torch.testing.assert_close(logits[1], logits2[1, :5])
 
 
-def test_cross_attention_ignores_source_pad_content():
-    model = tiny_model()
+@TRAINING
+def test_cross_attention_ignores_source_pad_content(training):
+    model = tiny_model(training)
     src, tgt = batch()
     memory, src_mask = model.encode(src)
     logits = model.decode(tgt, memory, src_mask)
@@ -68,8 +75,9 @@ def test_cross_attention_ignores_source_pad_content():
     torch.testing.assert_close(logits[:, :4], logits2[:, :4])
 
 
-def test_decoder_ignores_target_pad_content():
-    model = tiny_model(tie_embeddings=False)  # tied, the pad row is also an output-projection row
+@TRAINING
+def test_decoder_ignores_target_pad_content(training):
+    model = tiny_model(training, tie_embeddings=False)  # tied, the pad row is also an output-projection row
     src, tgt = batch()
     logits = model(src, tgt)
     with torch.no_grad():
@@ -79,8 +87,9 @@ def test_decoder_ignores_target_pad_content():
 
 @pytest.mark.parametrize("activation", ACTIVATIONS)
 @pytest.mark.parametrize("t", [0, 1, 3])
-def test_decoder_is_causal(t, activation):
-    model = tiny_model(activation=activation)
+@TRAINING
+def test_decoder_is_causal(t, activation, training):
+    model = tiny_model(training, activation=activation)
     src, tgt = batch()
     logits = model(src, tgt)
     changed = tgt.clone()
@@ -110,20 +119,42 @@ def test_position_beyond_max_fails_clearly():
 @pytest.mark.parametrize("norm_first", [False, True])
 @pytest.mark.parametrize("learned_positions", [False, True])
 @pytest.mark.parametrize("activation", ACTIVATIONS)
-def test_cached_step_equals_full_decoder(activation, norm_first, learned_positions, capacity):
-    model = tiny_model(norm_first=norm_first, learned_positions=learned_positions, activation=activation)
+@TRAINING
+def test_cached_step_equals_full_decoder(activation, norm_first, learned_positions, capacity, training):
+    """The full decoder, in training mode too (its fused projections), equals the cached steps."""
+    model = tiny_model(
+        training, norm_first=norm_first, learned_positions=learned_positions, activation=activation
+    )
     if learned_positions:
         torch.nn.init.normal_(model.tgt_embed.positions)
     src, tgt = batch()
     tgt[0, 4] = 22  # no padding inside the prefix fed step by step
     memory, src_mask = model.encode(src)
     full = model.decode(tgt, memory, src_mask)
+    model.eval()
     cache = model.start_cache(memory, src_mask, capacity)
     steps = []
     for t in range(tgt.size(1)):
         logits, cache = model.step(tgt[:, t], cache)
         steps.append(logits)
     torch.testing.assert_close(torch.stack(steps, dim=1), full, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+def test_training_forward_and_gradients_equal_the_inference_projections(activation):
+    """Fused Q/K/V and gate/up projections (training) against one matmul per weight (inference)."""
+    src, tgt = batch()
+    results = []
+    for training in (False, True):
+        model = tiny_model(training, activation=activation)
+        logits = model(src, tgt)
+        logits.square().mean().backward()
+        results.append((logits, {name: p.grad for name, p in model.named_parameters()}))
+    (logits, grads), (fused_logits, fused_grads) = results
+    torch.testing.assert_close(fused_logits, logits)
+    assert fused_grads.keys() == grads.keys()
+    for name, grad in grads.items():
+        torch.testing.assert_close(fused_grads[name], grad, msg=name)
 
 
 @torch.inference_mode()
@@ -168,9 +199,13 @@ def test_attention_maps_have_one_entry_per_layer():
         ("swiglu", [f"{p}_proj.{k}" for p in ("gate", "up", "down") for k in ("weight", "bias")]),
     ],
 )
-def test_feed_forward_computes_its_formula_under_its_names(activation: str, names: list[str]) -> None:
+@TRAINING
+def test_feed_forward_computes_its_formula_under_its_names(
+    activation: str, names: list[str], training
+) -> None:
     torch.manual_seed(0)
     ffn = feed_forward(ModelConfig(d_model=16, n_heads=2, d_ff=24, activation=activation, dropout=0.0))
+    ffn.train(training)
     assert list(dict(ffn.named_parameters())) == names
     x = torch.randn(2, 5, 16)
     if activation == "swiglu":
@@ -211,3 +246,21 @@ def test_the_model_counts_each_parameter_once() -> None:
     tied, untied = tiny_model(tie_embeddings=True), tiny_model(tie_embeddings=False)
     assert untied.num_parameters() == sum(p.numel() for p in untied.parameters())
     assert untied.num_parameters() - tied.num_parameters() == 2 * VOCAB * 16  # two tables of (V, D) fewer
+
+
+def test_compile_compiles_the_layers_that_training_runs_and_keeps_the_names() -> None:
+    """Training calls encode/decode_states, not forward: the layers are what must be compiled."""
+    model = tiny_model(training=True, activation="swiglu", norm_first=True)
+    src, tgt = batch()
+    expected = model(src, tgt)
+    names = list(model.state_dict())
+    torch._dynamo.reset()
+    model.compile(backend="eager", dynamic=True)  # dynamo captures each layer; no C++ compiler needed
+    memory, src_mask = model.encode(src)
+    got = model.generator(model.decode_states(tgt, memory, src_mask))
+    torch.testing.assert_close(got, expected)
+    assert list(model.state_dict()) == names
+    compiled = [
+        layer._compiled_call_impl is not None for layer in [*model.encoder_layers, *model.decoder_layers]
+    ]
+    assert all(compiled) and len(compiled) == 4

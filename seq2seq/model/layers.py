@@ -37,6 +37,9 @@ class GatedFeedForward(nn.Module):
     Three D x d_ff matrices where :class:`FeedForward` has two, so 2/3 of a ReLU FFN's d_ff gives as
     many matrix weights (683 for 1024); d_ff is used as given. Its weights are ``gate_proj`` (the one
     through SiLU), ``up_proj`` and ``down_proj``, with biases like every other projection here.
+    In training mode the gate and up projections are one matmul over their concatenated weights,
+    as :class:`~seq2seq.model.attention.MultiHeadAttention` does for Q, K and V, and for the same
+    reasons.
     """
 
     def __init__(self, d_model: int, d_ff: int, dropout: float) -> None:
@@ -48,8 +51,13 @@ class GatedFeedForward(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """x: (B, T, D) -> (B, T, D)."""
-        hidden = F.silu(self.gate_proj(x)) * self.up_proj(x)  # (B, T, d_ff)
-        return self.down_proj(self.dropout(hidden))
+        if self.training:
+            weight = torch.cat([self.gate_proj.weight, self.up_proj.weight])  # (2 d_ff, D)
+            bias = torch.cat([self.gate_proj.bias, self.up_proj.bias])  # (2 d_ff,)
+            gate, up = F.linear(x, weight, bias).chunk(2, dim=-1)  # 2 x (B, T, d_ff)
+        else:
+            gate, up = self.gate_proj(x), self.up_proj(x)
+        return self.down_proj(self.dropout(F.silu(gate) * up))
 
 
 def feed_forward(cfg: ModelConfig) -> FeedForward | GatedFeedForward:

@@ -1,82 +1,121 @@
-"""Label-smoothed cross-entropy that also yields the plain NLL for perplexity: fast and plain.
+"""Label-smoothed cross-entropy with the output projection, which also yields the NLL for perplexity
+and the top-1 hits for accuracy: fast and plain.
 
-The logits of a batch are large ((B, T, V), tens of MB), and autograd's log-softmax path
-materialises several float32 copies of them (log-probabilities, the gradients of the gather and
-of the mean): in bf16 that took a fifth of a training step (``bench/train_step.py``). Here the
-backward pass recomputes the softmax and writes the gradient once, from the closed form
-``dloss/dlogits = softmax - (1 - ε)·onehot(target) - ε/V``, and all float32 work happens in
-row chunks (512 KB on a CPU, to stay in its L2 cache). :func:`plain_label_smoothed_loss` is the
-same loss in PyTorch's own ops, the reference the fast one is tested against.
+The logits of a batch are large ((B, T, V), tens of MB), and autograd's path through the
+projection and log-softmax materialises several float32 copies of them (the logits, the
+log-probabilities, the gradients of the gather and of the mean): in bf16 that took a fifth of a
+training step (``bench/train_step.py``). Here the projection and the loss run together in chunks
+of rows (:func:`sequence_loss`): each chunk's gradient is the closed form
+``dloss/dlogits = softmax - (1 - ε)·onehot(target) - ε/V``, turned into the gradients of the states
+and of the projection at once, so no (B, T, V) tensor exists, and pad positions are never projected.
+The same pass counts the tokens the model ranks first, which the accuracy metric would otherwise
+read the logits again for (a target tied for first counts: a row maximum costs a tenth of
+``argmax`` on a CPU). :func:`plain_sequence_loss` is the same loss in PyTorch's own ops and
+autograd, the reference the fast one is tested against.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-CPU_CHUNK_ELEMENTS = 2**17  # float32 scratch of 512 KB: a chunk's passes stay in the L2 cache
+CPU_CHUNK_ELEMENTS = 2**22  # 512 rows of an 8,000-word vocabulary: 16 MB of float32 logits
 GPU_CHUNK_ELEMENTS = 2**26  # 256 MB: few kernel launches, float32 scratch still bounded
 
 
-def _row_chunks(logits: Tensor) -> list[slice]:
-    elements = CPU_CHUNK_ELEMENTS if logits.device.type == "cpu" else GPU_CHUNK_ELEMENTS
-    rows = max(1, elements // logits.size(1))
-    return [slice(start, start + rows) for start in range(0, logits.size(0), rows)]
+class LossSums(NamedTuple):
+    """What a batch's loss gives the module: sums over its real (non-pad) target tokens."""
+
+    loss: Tensor  # label-smoothed cross-entropy, differentiable
+    nll: Tensor  # plain negative log-likelihood, for perplexity
+    correct: Tensor  # tokens whose target's logit is the largest (a tie for first counts), for accuracy
+    tokens: Tensor  # real target tokens
 
 
-class _SmoothedCrossEntropy(torch.autograd.Function):
-    """Per-row smoothed loss and NLL of logits (N, V) against targets (N,), both (N,) float32."""
-
-    @staticmethod
-    def forward(ctx: Any, logits: Tensor, target: Tensor, smoothing: float) -> tuple[Tensor, Tensor]:
-        nll = logits.new_empty(logits.size(0), dtype=torch.float32)  # (N,)
-        uniform = torch.empty_like(nll)  # (N,): cross-entropy against the uniform distribution
-        for rows in _row_chunks(logits):
-            logp = logits[rows].float().log_softmax(dim=1)  # (n, V)
-            nll[rows] = -logp.gather(1, target[rows, None]).squeeze(1)
-            uniform[rows] = -logp.mean(dim=1)
-        ctx.save_for_backward(logits, target)
-        ctx.smoothing = smoothing
-        ctx.mark_non_differentiable(nll)
-        return (1.0 - smoothing) * nll + smoothing * uniform, nll
-
-    @staticmethod
-    def backward(ctx: Any, grad_loss: Tensor, _grad_nll: Tensor) -> tuple[Tensor, None, None]:
-        logits, target = ctx.saved_tensors
-        smoothing, vocab = ctx.smoothing, logits.size(1)
-        grad = torch.empty_like(logits)
-        for rows in _row_chunks(logits):
-            g = grad_loss[rows, None]  # (n, 1)
-            chunk = logits[rows].float().softmax(dim=1).mul_(g)  # (n, V), recomputed: cheaper than stored
-            chunk.sub_(g * (smoothing / vocab))
-            chunk.scatter_add_(1, target[rows, None], g * -(1.0 - smoothing))
-            grad[rows] = chunk
-        return grad, None, None
+def _row_chunks(rows: int, vocab: int, device: torch.device) -> list[slice]:
+    elements = CPU_CHUNK_ELEMENTS if device.type == "cpu" else GPU_CHUNK_ELEMENTS
+    step = max(1, elements // vocab)
+    return [slice(start, start + step) for start in range(0, rows, step)]
 
 
-def label_smoothed_loss(
-    logits: Tensor, target: Tensor, smoothing: float, pad_id: int
-) -> tuple[Tensor, Tensor, Tensor]:
-    """Summed smoothed loss, summed NLL and real-token count; ``pad_id`` targets are ignored.
+class _ProjectedSmoothedCrossEntropy(torch.autograd.Function):
+    """Output projection and loss of states (N, D) through weight (V, D) against targets (N,), in
+    row chunks: summed smoothed loss, summed NLL and top-1 hits.
 
-    logits: (B, T, V), target: (B, T). One pass over the logits serves both the training loss
-    and the unsmoothed NLL that perplexity needs.
+    The loss is the last thing a step computes, so the gradient of each chunk's logits is known in
+    the forward pass, up to the scalar that the backward pass brings: each chunk's gradients of the
+    states and of the weight are taken there, and the (N, V) logits and their gradient never exist
+    whole. Matmuls run in autocast's dtype where it is on, the softmax and the sums in float32.
     """
-    loss, nll = _SmoothedCrossEntropy.apply(logits.flatten(0, 1), target.flatten(), smoothing)  # (B·T,)
-    real = target.flatten() != pad_id
-    return loss[real].sum(), nll[real].sum(), real.sum()
+
+    @staticmethod
+    def forward(
+        ctx: Any, states: Tensor, weight: Tensor, target: Tensor, smoothing: float
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        vocab, needs_grad = weight.size(0), any(ctx.needs_input_grad[:2])
+        loss, nll = (torch.zeros((), device=states.device) for _ in range(2))
+        correct = torch.zeros((), dtype=torch.long, device=states.device)
+        grad_states = torch.empty_like(states) if needs_grad else None  # (N, D)
+        grad_weight = torch.zeros_like(weight) if needs_grad else None  # (V, D)
+        for rows in _row_chunks(states.size(0), vocab, states.device):
+            x, chunk_target = states[rows], target[rows, None]  # (n, D), (n, 1)
+            logits = x @ weight.t()  # (n, V), in autocast's dtype where it is on
+            logp = logits.float().log_softmax(dim=1)  # (n, V)
+            target_logp = logp.gather(1, chunk_target).squeeze(1)  # (n,)
+            nll -= target_logp.sum()
+            loss -= (1.0 - smoothing) * target_logp.sum() + smoothing * logp.mean(dim=1).sum()
+            target_logit = logits.gather(1, chunk_target).squeeze(1)  # (n,)
+            correct += (target_logit == logits.amax(dim=1)).sum()  # a tenth of argmax's time on a CPU
+            if needs_grad:  # d(loss)/d(logits) = softmax - (1 - ε)·onehot(target) - ε/V
+                grad = logp.exp_().sub_(smoothing / vocab)  # (n, V), in place of logp
+                grad.scatter_add_(1, chunk_target, grad.new_full(chunk_target.shape, smoothing - 1.0))
+                grad = grad.to(logits.dtype)  # once, for both matmuls
+                grad_states[rows] = grad @ weight  # (n, D)
+                if grad.dtype == grad_weight.dtype:
+                    grad_weight.addmm_(grad.t(), x)  # (V, D), accumulated in place
+                else:
+                    grad_weight += grad.t() @ x  # bf16 under autocast: one rounding per chunk
+        ctx.save_for_backward(grad_states, grad_weight)
+        ctx.mark_non_differentiable(nll, correct)
+        return loss, nll, correct
+
+    @staticmethod
+    def backward(ctx: Any, grad_loss: Tensor, _nll: Tensor, _correct: Tensor) -> tuple[Tensor | None, ...]:
+        grad_states, grad_weight = ctx.saved_tensors
+        wanted = ctx.needs_input_grad
+        return (
+            grad_states * grad_loss if wanted[0] else None,
+            grad_weight * grad_loss if wanted[1] else None,
+            None,
+            None,
+        )
 
 
-def plain_label_smoothed_loss(
-    logits: Tensor, target: Tensor, smoothing: float, pad_id: int
-) -> tuple[Tensor, Tensor, Tensor]:
-    """What :func:`label_smoothed_loss` computes, written with ``F.cross_entropy`` and autograd."""
+def sequence_loss(states: Tensor, weight: Tensor, target: Tensor, smoothing: float, pad_id: int) -> LossSums:
+    """The output projection (``weight``: (V, D), no bias) and the loss of a teacher-forced batch,
+    at real target tokens only. states: the decoder's final states (B, T, D), target: (B, T).
+
+    Pad positions, about 6 % of the default recipe's targets, never reach the projection.
+    """
+    real = target != pad_id  # (B, T)
+    loss, nll, correct = _ProjectedSmoothedCrossEntropy.apply(states[real], weight, target[real], smoothing)
+    return LossSums(loss, nll, correct, real.sum())
+
+
+def plain_sequence_loss(
+    states: Tensor, weight: Tensor, target: Tensor, smoothing: float, pad_id: int
+) -> LossSums:
+    """What :func:`sequence_loss` computes, written with ``F.linear``, ``F.cross_entropy`` and autograd."""
+    logits = F.linear(states, weight)  # (B, T, V)
     flat_logits, flat_target = logits.flatten(0, 1).float(), target.flatten()  # (B·T, V), (B·T,)
     loss = F.cross_entropy(
         flat_logits, flat_target, ignore_index=pad_id, label_smoothing=smoothing, reduction="sum"
     )
     nll = F.cross_entropy(flat_logits, flat_target, ignore_index=pad_id, reduction="sum")
-    return loss, nll.detach(), (flat_target != pad_id).sum()
+    real = flat_target != pad_id
+    target_logit = flat_logits.gather(1, flat_target[:, None]).squeeze(1)
+    correct = ((target_logit == flat_logits.max(dim=1).values) & real).sum()
+    return LossSums(loss, nll.detach(), correct, real.sum())

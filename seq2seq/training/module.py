@@ -25,7 +25,7 @@ from seq2seq.inference.evaluation import score
 from seq2seq.inference.translator import Translator
 from seq2seq.model import Transformer
 from seq2seq.training.budget import inverse_sqrt_factor, wsd_factor
-from seq2seq.training.loss import label_smoothed_loss
+from seq2seq.training.loss import sequence_loss
 from seq2seq.training.sharding import translate_sharded
 
 log = logging.getLogger(__name__)
@@ -49,6 +49,15 @@ def adamw(params: Iterable[Tensor], fused: bool, **hyperparameters: Any) -> torc
         except RuntimeError:  # "fused=True requires ... supported devices" before torch 2.4
             pass
     return torch.optim.AdamW(params, foreach=True, **hyperparameters)
+
+
+def fused_adamw_applies(device_type: str, precision: str) -> bool:
+    """Whether training takes the fused AdamW: on a CPU, unless fp16 loss scaling is on.
+
+    With fp16 gradients are scaled, and the fused kernel would unscale them inside its step, after
+    clipping; fp32 and bf16 need no scaling. (On a GPU the multi-tensor kernels stay, as before.)
+    """
+    return device_type == "cpu" and not precision.startswith("16")
 
 
 class TranslationModule(pl.LightningModule):
@@ -95,22 +104,21 @@ class TranslationModule(pl.LightningModule):
 
     def _shared_step(self, batch: Batch, stage: str) -> Tensor:
         model = self.model if stage == "train" else self.eval_model
-        logits = model(batch.src, batch.tgt_in)
-        pad_id = self.model.pad_id
-        loss_sum, nll_sum, n_tokens = label_smoothed_loss(
-            logits, batch.tgt_out, self.optim_cfg.label_smoothing, pad_id
+        memory, src_mask = model.encode(batch.src)
+        states = model.decode_states(batch.tgt_in, memory, src_mask)  # (B, T, D)
+        sums = sequence_loss(
+            states, model.generator.weight, batch.tgt_out, self.optim_cfg.label_smoothing, self.model.pad_id
         )
-        n = int(n_tokens)
-        loss, nll = loss_sum / n_tokens, nll_sum / n_tokens
-        correct = ((logits.argmax(-1) == batch.tgt_out) & (batch.tgt_out != pad_id)).sum()
+        loss, nll = sums.loss / sums.tokens, sums.nll / sums.tokens
         on_step = stage == "train"
-        metrics = {"loss": loss, "nll": nll, "ppl": nll.detach().exp(), "acc": correct / n_tokens}
+        metrics = {"loss": loss, "nll": nll, "ppl": nll.detach().exp(), "acc": sums.correct / sums.tokens}
         for name, value in metrics.items():
             # Each rank validates its own batches: the epoch values are token-weighted over all ranks.
+            # A training step's values are logged as they are, so they need no count from the device.
             self.log(
                 f"{stage}/{name}",
                 value,
-                batch_size=n,
+                batch_size=1 if on_step else int(sums.tokens),
                 prog_bar=name == "loss",
                 on_step=on_step,
                 on_epoch=not on_step,
@@ -181,12 +189,9 @@ class TranslationModule(pl.LightningModule):
 
     def configure_optimizers(self) -> Any:
         cfg = self.optim_cfg
-        # Fused on a CPU in fp32 only: with mixed precision Lightning refuses gradient clipping for
-        # a fused optimizer (it would unscale fp16 gradients itself), bf16 on a CPU included.
-        fused = self.device.type == "cpu" and "mixed" not in str(self.trainer.precision)
         optimizer = adamw(
             self.model.parameters(),
-            fused,
+            fused_adamw_applies(self.device.type, str(self.trainer.precision)),
             lr=cfg.lr,
             betas=tuple(cfg.betas),
             eps=cfg.eps,
@@ -194,6 +199,25 @@ class TranslationModule(pl.LightningModule):
         )
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, self.lr_factor)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def configure_gradient_clipping(
+        self,
+        optimizer: torch.optim.Optimizer,
+        gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: str | None = None,
+    ) -> None:
+        """``trainer.gradient_clip_val`` by the global norm, as Lightning clips, done here.
+
+        Under mixed precision Lightning refuses to clip for a fused optimizer, since one that
+        unscales fp16 gradients inside its step would see them clipped while still scaled. Where
+        :func:`fused_adamw_applies`, gradients are never scaled (fp32 and bf16 have no loss
+        scaling), so the clip is the same as Lightning's. Clipping by value stays Lightning's.
+        """
+        if gradient_clip_algorithm not in (None, "norm"):
+            self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
+        elif gradient_clip_val:
+            params = [p for group in optimizer.param_groups for p in group["params"]]
+            torch.nn.utils.clip_grad_norm_(params, gradient_clip_val, foreach=True)
 
     def lr_factor(self, step: int) -> float:
         """The schedule: a multiplier of ``optim.lr`` after ``step`` optimiser steps."""

@@ -1,0 +1,34 @@
+"""bench/train_step.py --loop --record on the tiny experiment: the real loop's per-step loss curve,
+recorded the same way for this tree and for the code at a git ref."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from compose import ROOT
+
+
+def record(out: Path, cache: Path, *extra: str) -> dict:
+    command = [sys.executable, "bench/train_step.py", "--loop", "--record", str(out), "--steps", "4"]
+    command += [*extra, "--set", "experiment=tiny", f"data.cache_dir={cache}"]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+@pytest.mark.slow
+def test_the_loss_curve_is_recorded_per_step_for_this_tree_and_for_a_commit(tmp_path: Path) -> None:
+    ours = record(tmp_path / "ours.json", tmp_path / "cache", "--seed", "3")
+    assert ours["steps"] == len(ours["losses"]) == len(ours["lrs"]) == 4
+    assert ours["overrides"][0] == "seed=3" and ours["precision"] == "32-true"
+    assert all(0 < loss < 20 for loss in ours["losses"])
+    assert ours["lrs"] == sorted(ours["lrs"]) and len(set(ours["lrs"])) == 4  # warmup: the LR rises
+    assert ours["hardware"].startswith("hardware: ")
+    head = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    committed = record(tmp_path / "head.json", tmp_path / "cache", "--seed", "3", "--ref", "HEAD")
+    assert committed["commit"] == head  # the code at the ref, extracted, not this working tree
+    assert len(committed["losses"]) == 4
