@@ -7,7 +7,8 @@ records differ (exit 1), and ``record`` turns a finished run directory into a re
 
     python bench/results_page.py                 # rewrite the blocks
     python bench/results_page.py --check         # exit 1 with the first difference
-    python bench/results_page.py record runs/<run> --name NAME --test-metrics test.json
+    python bench/results_page.py record runs/<run> --name NAME --test-metrics test.json \
+        [--machine "AMD EPYC (Zen 1)"] [--table results]
 """
 
 from __future__ import annotations
@@ -272,7 +273,8 @@ def check(records: dict[str, dict[str, Any]], paths: list[Path]) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    raw = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=raw)
     parser.add_argument("--check", action="store_true", help="exit 1 at the first difference, write nothing")
     parser.add_argument("--records", type=Path, default=RECORDS, help="the records folder (docs/records)")
     sub = parser.add_subparsers(dest="command")
