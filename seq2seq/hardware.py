@@ -1,7 +1,8 @@
 """What machine this is, which device a command runs on, and the numeric precision chosen from it.
 
-The same config must be fast on any machine: bf16 pays about 1.5x on a CPU with native bf16
-matrix instructions (AVX512-BF16, AMX) and costs about 3x where they are emulated. So the
+The same config must be fast on any machine: bf16 pays on a CPU with native bf16 matrix
+instructions (AVX512-BF16, AMX) and costs several times fp32's time where they are emulated
+(docs/training.md, Precision). So the
 precision is read from the hardware (:func:`choose_precision`, a pure function of the CPU flags,
 the GPU's compute capability and a short timing probe) unless the config names one.
 :func:`describe` is the one line that every benchmark prints and every training run logs.
@@ -188,9 +189,8 @@ def speedup_of(fp32_seconds: list[float], bf16_seconds: list[float]) -> float:
     """fp32 time / bf16 time from interleaved repetitions, each at its fastest.
 
     Another process on the machine only ever adds time, to whichever repetition it hits, so the
-    fastest repetition is the machine's own speed. On a 2-core Intel Xeon with AMX, both cores busy
-    with other work, the median said "bf16 slower" in 3 of 16 probes of the small and base models
-    (0.14x where bf16 is 5x faster); the fastest repetitions never did.
+    fastest repetition is the machine's own speed: under load a median can say "bf16 slower" where
+    bf16 is faster, the fastest repetitions do not (measured in docs/training.md, Precision).
     """
     return min(fp32_seconds) / min(bf16_seconds)
 

@@ -12,10 +12,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import json
 import os
 import stat
 import sys
 import tempfile
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -119,6 +121,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--output", "-o", metavar="PATH", help="write translations (or --eval hypotheses) here"
     )
     parser.add_argument(
+        "--metrics-out",
+        metavar="PATH",
+        help="with --eval: also write the scores as JSON (split or file, sentences, beam, compute, BLEU, "
+        "chrF, seconds), what bench/results_page.py record --test-metrics reads",
+    )
+    parser.add_argument(
         "--show-attention", action="store_true", help="print each sentence's cross-attention table"
     )
     parser.add_argument(
@@ -148,6 +156,8 @@ def _check(args: argparse.Namespace) -> None:
         raise UsageError("--attention-png needs exactly one sentence")
     if args.sentences and (args.eval or args.interactive):
         raise UsageError("sentences cannot be combined with --eval or --interactive")
+    if args.metrics_out and not args.eval:
+        raise UsageError("--metrics-out needs --eval")
 
 
 def decode_settings(cfg: DecodeConfig, args: argparse.Namespace) -> DecodeConfig:
@@ -252,6 +262,24 @@ def _interactive(translator: TranslatorBase, args: argparse.Namespace, out: Text
             _show_attention(translator, line, args, out)
 
 
+def _metrics(spec: str, translator: TranslatorBase, why: str, scores: dict, seconds: float) -> dict:
+    """What ``--metrics-out`` writes: one evaluation, with the numerics it ran in."""
+    cfg = translator.decode_cfg
+    return {
+        "eval": spec,
+        "sentences": scores["count"],
+        "beam": cfg.beam_size,
+        "sampling": cfg.sampling,
+        "compute": translator.compute,
+        "compute_reason": why,
+        "bleu": round(scores["bleu"], 2),
+        "chrf": round(scores["chrf"], 2),
+        "bleu_signature": scores["bleu_signature"],
+        "chrf_signature": scores["chrf_signature"],
+        "seconds": round(seconds, 1),
+    }
+
+
 def run(args: argparse.Namespace) -> int:
     _check(args)
     if isinstance(sys.stdin, io.TextIOWrapper):  # bytes that are not UTF-8 become U+FFFD, not a crash
@@ -266,10 +294,15 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.eval:
         sources, references = _eval_set(args.eval, facts.data_config)
+        started = time.perf_counter()
         evaluation = evaluate(translator, sources, references)
+        seconds = time.perf_counter() - started
         if args.output:
             with _output(args.output) as out:
                 out.writelines(text + "\n" for text in evaluation.hypotheses)
+        if args.metrics_out:
+            with _output(args.metrics_out) as out:
+                json.dump(_metrics(args.eval, translator, why, evaluation.scores, seconds), out, indent=1)
         with _output(None) as out:
             out.write(format_scores(evaluation.scores) + f"\ncompute = {translator.compute} ({why})\n")
         return 0

@@ -39,8 +39,8 @@ def adamw(params: Iterable[Tensor], fused: bool, **hyperparameters: Any) -> torc
     """AdamW with the fused kernel where asked for and available, else multi-tensor (foreach) kernels.
 
     On a CPU, foreach still loops over ~10 ops per tensor, while the fused kernel makes one pass
-    per tensor: about 10x cheaper for the ``small`` model, a tenth of an fp32 training step
-    (``bench/train_step.py``). Same update rule; torch < 2.4 has no CPU fused kernel.
+    per tensor: much cheaper (``bench/train_step.py``, docs/performance.md). Same update rule;
+    torch < 2.4 has no CPU fused kernel.
     """
     params = list(params)
     if fused:

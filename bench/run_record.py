@@ -1,0 +1,138 @@
+"""A finished training run as a results record (``docs/records/*.json``), read after the fact.
+
+Everything comes from files the run left behind: ``config.yaml`` (the resolved config, headed by the
+hardware and precision lines that ``seq2seq/training/run.py`` writes), ``.hydra/overrides.yaml``,
+the checkpoints' metadata (``seq2seq/checkpoint.py``: steps, best validation BLEU), the TensorBoard
+events (the median of ``train/tokens_per_s``, the validations) and, for test BLEU, the JSON that
+``translate.py --eval test --metrics-out FILE`` writes. The commit is the checkout's at record time.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import yaml
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from seq2seq.checkpoint import KEY, read_checkpoint
+
+ROOT = Path(__file__).resolve().parent.parent
+CPU_CLASSES = (  # the first flag the hardware line lists as present names the class
+    ("amx_bf16", "AMX (bf16)"),
+    ("avx512_bf16", "AVX512-BF16 without AMX"),
+    ("avx512f", "AVX-512 without AVX512-BF16"),
+    ("avx2", "AVX2 (fp32)"),
+)
+
+
+class RecordError(Exception):
+    """The run directory lacks a file a record needs."""
+
+
+def header_lines(config_text: str) -> dict[str, str]:
+    """The ``# hardware: ...`` and ``# precision: ...`` comments heading a run's config.yaml."""
+    found = {}
+    for line in config_text.splitlines():
+        if not line.startswith("# "):
+            break
+        name, _, value = line[2:].partition(": ")
+        found[name] = value
+    return found
+
+
+def cpu_class(hardware_line: str) -> str:
+    """The CPU class of a ``seq2seq.hardware.describe`` line: what ``auto`` and the kernels can use."""
+    flags = hardware_line.split(", flags ", 1)[-1].split(",", 1)[0]
+    present = set(flags.split(" (no ", 1)[0].split())
+    gpu = hardware_line.rsplit(", gpu ", 1)[-1]
+    if gpu != "none":
+        return f"GPU: {gpu}"
+    return next((name for flag, name in CPU_CLASSES if flag in present), "no AVX2")
+
+
+def max_time_minutes(value: str | None) -> float | None:
+    """Lightning's ``DD:HH:MM:SS`` as minutes."""
+    if not value:
+        return None
+    days, hours, minutes, seconds = (int(part) for part in str(value).split(":"))
+    return ((days * 24 + hours) * 60 + minutes) + seconds / 60
+
+
+def model_description(model: dict[str, Any]) -> str:
+    norm = "pre-norm" if model["norm_first"] else "post-norm"
+    layers = f"{model['n_encoder_layers']}+{model['n_decoder_layers']}"
+    return f"d_model {model['d_model']}, {layers} layers, {model['activation']} d_ff {model['d_ff']}, {norm}"
+
+
+def scalars(events: EventAccumulator, tag: str) -> list:
+    return events.Scalars(tag) if tag in events.Tags()["scalars"] else []
+
+
+def validations(events: EventAccumulator) -> list[dict[str, Any]]:
+    """Step, minutes since the first logged scalar, val BLEU and chrF of every validation."""
+    bleu, chrf = scalars(events, "val/bleu"), {e.step: e.value for e in scalars(events, "val/chrf")}
+    start = min((e.wall_time for tag in events.Tags()["scalars"] for e in events.Scalars(tag)), default=0.0)
+    return [
+        {"step": e.step, "minutes": round((e.wall_time - start) / 60, 1), "bleu": round(e.value, 2),
+         "chrf": round(chrf[e.step], 2) if e.step in chrf else None}
+        for e in bleu
+    ]  # fmt: skip
+
+
+def test_entry(metrics_file: Path) -> dict[str, Any]:
+    """One test evaluation from ``translate.py --metrics-out``'s JSON."""
+    metrics = json.loads(metrics_file.read_text())
+    fields = ("eval", "sentences", "beam", "compute", "bleu", "chrf", "seconds")
+    return {name: metrics[name] for name in fields}
+
+
+def commit() -> str | None:
+    result = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    return result.stdout.strip() or None
+
+
+def record(run_dir: Path, name: str, test_metrics: list[Path], machine: str | None = None) -> dict[str, Any]:
+    """The results record of the run in ``run_dir`` (see the module docstring)."""
+    config_file, best = run_dir / "config.yaml", run_dir / "checkpoints" / "best.ckpt"
+    for needed in (config_file, best, run_dir / "tensorboard"):
+        if not needed.exists():
+            raise RecordError(f"{run_dir}: no {needed.name}; is this a finished run directory?")
+    text = config_file.read_text()
+    config, header = yaml.safe_load(text), header_lines(text)
+    overrides_file = run_dir / ".hydra" / "overrides.yaml"
+    overrides = yaml.safe_load(overrides_file.read_text()) if overrides_file.is_file() else []
+    experiment = next((o.split("=", 1)[1] for o in overrides if o.startswith("experiment=")), None)
+    best_state = read_checkpoint(best)
+    last = run_dir / "checkpoints" / "last.ckpt"
+    steps = read_checkpoint(last)["global_step"] if last.is_file() else best_state["global_step"]
+    events = EventAccumulator(str(run_dir / "tensorboard"))
+    events.Reload()
+    tokens = [e.value for e in scalars(events, "train/tokens_per_s")]
+    hardware = header.get("hardware", "")
+    return {
+        "kind": "result",
+        "name": name,
+        "commit": commit(),
+        "provenance": f"bench/results_page.py record {run_dir.name}",
+        "experiment": experiment,
+        "overrides": [o for o in overrides if not o.startswith("experiment=")],
+        "model": model_description(config["model"]),
+        "machine": {"cpu": machine or hardware.removeprefix("cpu ").split(", flags")[0] or None,
+                    "class": cpu_class(hardware) if hardware else None,
+                    "hardware_line": f"hardware: {hardware}" if hardware else None},
+        "precision": config["trainer"]["precision"],
+        "precision_note": header.get("precision"),
+        "steps": steps,
+        "best_step": best_state["global_step"],
+        "minutes": max_time_minutes(config["trainer"].get("max_time")),
+        "tokens_per_s": round(statistics.median(tokens)) if tokens else None,
+        "tokens_per_s_stat": "median" if tokens else None,
+        "val_bleu": round(best_state[KEY]["best_bleu"], 2),
+        "test": [test_entry(path) for path in test_metrics],
+        "validations": validations(events),
+        "tables": {},
+    }  # fmt: skip

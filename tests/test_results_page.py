@@ -1,0 +1,93 @@
+"""The figures of the pages are those of docs/records, and a finished run becomes a record."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+from compose import ROOT, tiny_run
+
+from seq2seq.checkpoint import read_checkpoint
+from seq2seq.hardware import describe
+from seq2seq.training.run import train
+
+sys.path.insert(0, str(ROOT / "bench"))
+import results_page
+from run_record import cpu_class
+
+
+def test_the_pages_show_what_the_records_give() -> None:
+    assert results_page.check(results_page.load_records(), results_page.pages()) is None
+
+
+def test_a_changed_record_is_a_difference_named_by_page_and_line(tmp_path: Path) -> None:
+    records = tmp_path / "records"
+    shutil.copytree(results_page.RECORDS, records)
+    path = records / "zen4-small-30min.json"
+    data = json.loads(path.read_text())
+    data["steps"] = 2408
+    path.write_text(json.dumps(data))
+    difference = results_page.check(results_page.load_records(records), results_page.pages())
+    assert difference is not None and difference.startswith("README.md:") and "2,408" in difference
+
+
+def test_every_block_names_a_known_table_and_every_record_is_shown_or_kept_for_a_table() -> None:
+    records = results_page.load_records()
+    for page in results_page.pages():
+        results_page.rendered(page.read_text(), records)  # an unknown table raises
+    shown = "".join(page.read_text() for page in results_page.pages())
+    for name, record in records.items():
+        on_page = record["kind"] == "stages" or f" {name} -->" in shown  # stages: every stages record
+        assert record.get("tables") or on_page, f"record {name} is on no page"
+
+
+def test_the_cpu_class_comes_from_the_hardware_line() -> None:
+    line = "cpu AMD EPYC, flags avx2 (no avx512f avx512_bf16 amx_bf16 amx_tile), 2 cores, 2 threads, gpu none"
+    assert cpu_class(line) == "AVX2 (fp32)"
+    assert cpu_class(line.replace("avx2 (no avx512f avx512_bf16", "avx2 avx512f avx512_bf16 (no")) == (
+        "AVX512-BF16 without AMX"
+    )
+
+
+@pytest.fixture(scope="module")
+def tiny_run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("record")
+    train(tiny_run(tmp / "run", tmp / "cache"))
+    return tmp / "run"
+
+
+def test_translate_writes_its_evaluation_as_json(tiny_run_dir: Path, tmp_path: Path, run_cli) -> None:
+    out = tmp_path / "test.json"
+    best = str(tiny_run_dir / "checkpoints" / "best.ckpt")
+    code, lines, _ = run_cli("--ckpt", best, "--eval", "test", "--beam", "2", "--metrics-out", str(out))
+    assert code == 0
+    metrics = json.loads(out.read_text())
+    assert (metrics["eval"], metrics["beam"], metrics["sampling"]) == ("test", 2, False)
+    assert metrics["compute"] in lines[-1] and metrics["sentences"] > 0 and metrics["seconds"] >= 0
+    assert lines[0].startswith(f"BLEU = {metrics['bleu']:.2f} ")
+
+
+def test_metrics_out_needs_eval(trained_ckpt: Path, tmp_path: Path, run_cli) -> None:
+    code, _, err = run_cli("--ckpt", str(trained_ckpt), "--metrics-out", str(tmp_path / "m.json"), "Hi")
+    assert code == 2 and "--metrics-out needs --eval" in err and not (tmp_path / "m.json").exists()
+
+
+def test_a_finished_run_becomes_a_record_and_a_row(tiny_run_dir: Path, tmp_path: Path, run_cli) -> None:
+    metrics = tmp_path / "test.json"
+    best = tiny_run_dir / "checkpoints" / "best.ckpt"
+    assert run_cli("--ckpt", str(best), "--eval", "test", "--metrics-out", str(metrics))[0] == 0
+    records = tmp_path / "records"
+    records.mkdir()
+    argv = ["--records", str(records), "record", str(tiny_run_dir), "--name", "tiny-run"]
+    assert results_page.main([*argv, "--test-metrics", str(metrics), "--table", "results"]) == 0
+    record = json.loads((records / "tiny-run.json").read_text())
+    assert record["steps"] == read_checkpoint(tiny_run_dir / "checkpoints" / "last.ckpt")["global_step"] > 0
+    assert record["val_bleu"] == round(read_checkpoint(best)["seq2seq"]["best_bleu"], 2)
+    assert record["tokens_per_s"] > 0 and record["validations"]
+    assert record["machine"]["hardware_line"] == describe() and record["precision"] == "32-true"
+    assert record["test"][0]["bleu"] == json.loads(metrics.read_text())["bleu"]
+    row = results_page.results_table(results_page.load_records(records), "results")
+    assert f"| `tiny-run` | {record['machine']['cpu']}; " in row and f"| {record['steps']} |" in row
