@@ -33,6 +33,7 @@ from seq2seq.export.to_ctranslate2 import export_checkpoint  # noqa: E402
 from seq2seq.export.to_transformers import export_to_transformers  # noqa: E402
 from seq2seq.inference.backends import open_model  # noqa: E402
 from seq2seq.inference.evaluation import score  # noqa: E402
+from seq2seq.inference.hf_translator import HFTranslator  # noqa: E402
 from seq2seq.inference.translator import DEFAULT_BATCH_TOKENS, TranslatorBase, token_budget_batches  # noqa: E402
 
 SEARCHES = {"greedy": 1, "beam 5": 5}
@@ -123,13 +124,13 @@ def main() -> None:
             report(f"generate() {search}", transformers, got, reference, references, seconds, scored=False)
     if hf_dir is not None:
         rows = min(LOGIT_ROWS, len(sources))
-        gap = logits_gap(ours.model, engines["transformers"].model, sources[:rows], greedy[:rows])
+        gap = logits_gap(ours.model, engines["transformers"], sources[:rows], greedy[:rows])
         print(
             f"  float32 logits: largest |Δ| {gap:.1e} on the first {rows} sentences, PyTorch vs transformers"
         )
 
 
-def logits_gap(model, hf_model, sources: list[list[int]], greedy: list[Hypothesis]) -> float:
+def logits_gap(model, exported: HFTranslator, sources: list[list[int]], greedy: list[Hypothesis]) -> float:
     """Largest |Δ| between the checkpoint's float32 logits and the transformers export's, teacher-forced
     on the checkpoint's greedy outputs, over the real (non-pad) positions."""
     import torch
@@ -138,12 +139,7 @@ def logits_gap(model, hf_model, sources: list[list[int]], greedy: list[Hypothesi
     tgt = pad_ids([[BOS_ID, *hypothesis.tokens] for hypothesis in greedy])[:, : model.cfg.max_positions]
     with torch.inference_mode():
         mine = model(src, tgt)  # (B, T, V)
-        theirs = hf_model(
-            input_ids=src,
-            attention_mask=src != PAD_ID,
-            decoder_input_ids=tgt,
-            decoder_attention_mask=tgt != PAD_ID,
-        ).logits
+        theirs = exported.logits(src, tgt)
     return (mine - theirs.float())[tgt != PAD_ID].abs().max().item()
 
 

@@ -94,15 +94,17 @@ class HFTranslator(TranslatorBase):
             **options,
         )
 
-    def _log_probs(self, src: Tensor, returned: Tensor) -> Tensor:
-        """Log-probability of each returned token under the model, PAD and BOS banned after the softmax;
-        (N, T) for the T tokens after BOS."""
-        decoder_in = returned[:, :-1]
-        logits = self.model(
+    def logits(self, src: Tensor, decoder_in: Tensor) -> Tensor:
+        """The model's logits teacher-forced on ``decoder_in``, pads masked on both sides: (N, T, V)."""
+        return self.model(
             input_ids=src, attention_mask=src != PAD_ID, decoder_input_ids=decoder_in,
             decoder_attention_mask=decoder_in != PAD_ID,
         ).logits  # fmt: skip
-        logprobs = logits.float().log_softmax(dim=-1)  # (N, T, V)
+
+    def _log_probs(self, src: Tensor, returned: Tensor) -> Tensor:
+        """Log-probability of each returned token under the model, PAD and BOS banned after the softmax;
+        (N, T) for the T tokens after BOS."""
+        logprobs = self.logits(src, returned[:, :-1]).float().log_softmax(dim=-1)  # (N, T, V)
         return logprobs.gather(-1, returned[:, 1:, None])[..., 0]
 
     def _hypothesis(self, tokens: Tensor, logprobs: Tensor, cfg: DecodeConfig) -> Hypothesis:
