@@ -91,8 +91,12 @@ def test_entry(metrics_file: Path) -> dict[str, Any]:
 
 
 def commit() -> str | None:
-    result = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    return result.stdout.strip() or None
+    """The checkout's commit; None in a copy of the tree without git (a lent GPU machine)."""
+    try:
+        result = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    except OSError:
+        return None
+    return result.stdout.strip() or None if result.returncode == 0 else None
 
 
 def record(run_dir: Path, name: str, test_metrics: list[Path], machine: str | None = None) -> dict[str, Any]:

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# The GPU checklist in one pass, for a machine lent for minutes: the training-step benchmark (eager,
+# then compiled), the default `python train.py` (the GPU recipe) with GPU utilisation sampled each
+# second, `translate.py --eval test --beam 5` on its best checkpoint, its results record, and the
+# tests (with pytest-xdist, which the lent machines have). Each step gets what is left of one
+# deadline, so a slow step shortens the ones after it instead of losing them; every log lands in
+# OUT_DIR.
+#
+#   bash bench/gpu_checklist.sh OUT_DIR [TRAIN_MINUTES (15, the recipe's)] [DEADLINE_SECONDS (1500)]
+set -u
+out=${1:?usage: bench/gpu_checklist.sh OUT_DIR [TRAIN_MINUTES] [DEADLINE_SECONDS]}
+minutes=${2:-15}
+deadline=$((SECONDS + ${3:-1500}))
+python=${PYTHON:-python3}
+run_dir=${RUN_DIR:-/tmp/gpu-checklist-run}
+mkdir -p "$out"
+
+left() { echo $((deadline - SECONDS)); }
+# step NAME CAP COMMAND...: runs COMMAND with at most CAP seconds (or what is left), logs to OUT_DIR.
+step() {
+    local name=$1 cap=$2 start=$SECONDS
+    shift 2
+    local budget=$(( $(left) < cap ? $(left) : cap ))
+    if ((budget < 10)); then echo "== $name: skipped, ${budget}s left" | tee -a "$out/steps.txt"; return; fi
+    timeout --signal=INT --kill-after=20 "$budget" "$@" >"$out/$name.log" 2>&1
+    echo "== $name: rc $? in $((SECONDS - start))s (cap ${budget}s)" | tee -a "$out/steps.txt"
+    tail -n 25 "$out/$name.log"
+}
+
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >"$out/gpu.txt" 2>&1
+"$python" -c "import torch, pytorch_lightning as pl, tokenizers, datasets, hydra
+print('torch', torch.__version__, 'lightning', pl.__version__, 'datasets', datasets.__version__,
+      'hydra', hydra.__version__)" \
+    >>"$out/gpu.txt" 2>&1
+cat "$out/gpu.txt"
+
+step train_step_eager 150 "$python" bench/train_step.py --device cuda --max-tokens 16384
+
+nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader,nounits -l 1 \
+    >"$out/gpu_util.csv" 2>/dev/null &
+sampler=$!
+rm -rf "$run_dir"
+step train $((minutes * 60 + 150)) "$python" train.py "trainer.max_time=00:00:$(printf %02d "$minutes"):00" \
+    "hydra.run.dir=$run_dir"
+kill "$sampler" 2>/dev/null
+"$python" - "$out/gpu_util.csv" <<'EOF' | tee "$out/gpu_util.txt"
+import statistics, sys
+rows = [line.split(", ") for line in open(sys.argv[1]) if line.count(",") == 2]
+util, memory = [float(r[1]) for r in rows], [float(r[2]) for r in rows]
+busy = [u for u in util if u > 0] or [0.0]
+if not util:
+    sys.exit("no utilisation samples")
+print(f"samples {len(util)} (1 s apart, the whole train.py process); utilisation mean {statistics.mean(util):.1f} %,"
+      f" median {statistics.median(util):.0f} %; mean of non-idle samples {statistics.mean(busy):.1f} %;"
+      f" peak memory.used {max(memory) / 1024:.2f} GiB")
+EOF
+
+step translate 240 "$python" translate.py --ckpt "$run_dir/checkpoints/best.ckpt" --eval test --beam 5 \
+    --metrics-out "$out/test_metrics.json"
+step record 60 "$python" bench/results_page.py --records "$out" record "$run_dir" --name gpu-checklist \
+    --test-metrics "$out/test_metrics.json"
+cp "$run_dir/config.yaml" "$out/config.yaml" 2>/dev/null
+
+step train_step_compiled 150 "$python" bench/train_step.py --device cuda --max-tokens 16384 --sizes base --compile
+step tests 1200 "$python" -m pytest -q -n 8 -p no:cacheprovider --continue-on-collection-errors
+echo "== done with $(left)s of the deadline left" | tee -a "$out/steps.txt"
