@@ -25,7 +25,6 @@ whose spinning threads stall badly when another process takes their core.
 from __future__ import annotations
 
 import argparse
-import gzip
 import statistics
 import sys
 import tempfile
@@ -35,16 +34,16 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
-from omegaconf import OmegaConf
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from length_penalty import decode_split, held_out_test  # noqa: E402
+from measure import median_times, model_config, read_pairs  # noqa: E402
 
 from seq2seq.checkpoint import LoadedModel, load_model  # noqa: E402
-from seq2seq.config import DataConfig, DecodeConfig, ModelConfig, validated  # noqa: E402
+from seq2seq.config import DataConfig, DecodeConfig, ModelConfig  # noqa: E402
 from seq2seq.data import corpus  # noqa: E402
 from seq2seq.data.batching import pad_ids  # noqa: E402
 from seq2seq.data.tokenizer import EOS_ID, PAD_ID, TranslationTokenizer  # noqa: E402
@@ -57,7 +56,6 @@ from seq2seq.inference.ct2_translator import CT2Translator  # noqa: E402
 from seq2seq.inference.translator import DEFAULT_BATCH_TOKENS, Translator, TranslatorBase  # noqa: E402
 from seq2seq.model import Transformer  # noqa: E402
 
-CORPUS = ROOT / "data" / "spa-eng" / "spa.txt.gz"
 VOCAB = {
     "tiny": 2000,
     "small_postnorm": 8000,
@@ -74,30 +72,6 @@ TARGETS = {  # RATIO name (or its prefix) -> target
     "model_vs_baseline_beam5_bleu_gain": 0,  # ... at equal or better BLEU
     "model_vs_baseline_greedy_bleu_gain": 0,
 }
-
-
-def model_config(name: str) -> ModelConfig:
-    """The sizes of ``configs/model/<name>.yaml``, validated as training validates them."""
-    return validated(ModelConfig, OmegaConf.load(ROOT / "configs" / "model" / f"{name}.yaml"), "model")
-
-
-def read_pairs(count: int) -> tuple[list[str], list[str]]:
-    """``count`` (English, Spanish) pairs spread evenly over the corpus, which is sorted by length."""
-    with gzip.open(CORPUS, "rt", encoding="utf-8") as handle:
-        pairs = [line.rstrip("\n").split("\t")[:2] for line in handle]
-    picked = [pairs[int(i * len(pairs) / count)] for i in range(count)]
-    return [en for en, _ in picked], [es for _, es in picked]
-
-
-def median_times(runs: dict[str, Callable[[], object]], reps: int) -> dict[str, float]:
-    """Median seconds of each run, repetitions interleaved so drifting machine load hits all alike."""
-    times: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(reps):
-        for name, run in runs.items():
-            start = time.perf_counter()
-            run()
-            times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(values) for name, values in times.items()}
 
 
 def forced(length: int, beam: int = 1) -> DecodeConfig:

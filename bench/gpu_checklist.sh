@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# The GPU checklist in one pass, for a machine lent for minutes: the training-step benchmark (eager,
-# then compiled), the default `python train.py` (the GPU recipe) with GPU utilisation sampled each
-# second, `translate.py --eval test --beam 5` on its best checkpoint, its results record, and the
-# tests (with pytest-xdist, which the lent machines have). Each step gets what is left of one
-# deadline, so a slow step shortens the ones after it instead of losing them; every log lands in
-# OUT_DIR.
+# The GPU checklist in one pass, for a machine lent for minutes, most wanted first: the default
+# `python train.py` (the GPU recipe) with GPU utilisation sampled each second, `translate.py --eval
+# test --beam 5` on its best checkpoint and the run's results record, the training-step benchmark
+# (eager, then compiled), and the tests (with pytest-xdist, which the lent machines have). Each step
+# gets what is left of one deadline, so a slow step shortens the ones after it instead of losing
+# them; every log lands in OUT_DIR.
 #
 #   bash bench/gpu_checklist.sh OUT_DIR [TRAIN_MINUTES (15, the recipe's)] [DEADLINE_SECONDS (1500)]
 set -u
@@ -34,8 +34,6 @@ print('torch', torch.__version__, 'lightning', pl.__version__, 'datasets', datas
     >>"$out/gpu.txt" 2>&1
 cat "$out/gpu.txt"
 
-step train_step_eager 150 "$python" bench/train_step.py --device cuda --max-tokens 16384
-
 nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader,nounits -l 1 \
     >"$out/gpu_util.csv" 2>/dev/null &
 sampler=$!
@@ -61,6 +59,7 @@ step record 60 "$python" bench/results_page.py --records "$out" record "$run_dir
     --test-metrics "$out/test_metrics.json"
 cp "$run_dir/config.yaml" "$out/config.yaml" 2>/dev/null
 
+step train_step_eager 150 "$python" bench/train_step.py --device cuda --max-tokens 16384
 step train_step_compiled 150 "$python" bench/train_step.py --device cuda --max-tokens 16384 --sizes base --compile
 step tests 1200 "$python" -m pytest -q -n 8 -p no:cacheprovider --continue-on-collection-errors
 echo "== done with $(left)s of the deadline left" | tee -a "$out/steps.txt"

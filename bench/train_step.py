@@ -69,8 +69,8 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch import Tensor, nn  # noqa: E402
 
-from bench.decode import median_times, model_config, read_pairs  # noqa: E402
 from bench.loop_run import code_at, compose_default, loop_in_subprocess  # noqa: E402
+from bench.measure import median_times, model_config, read_pairs  # noqa: E402
 from seq2seq.config import ModelConfig, validated  # noqa: E402
 from seq2seq.data.batching import Batch, collate, pad_ids  # noqa: E402
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, TranslationTokenizer  # noqa: E402

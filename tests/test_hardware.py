@@ -2,6 +2,7 @@
 
 import math
 import os
+import re
 import subprocess
 import sys
 import time
@@ -162,7 +163,7 @@ def test_training_records_the_precision_auto_chose(tmp_path, monkeypatch, cpu):
     assert yaml.safe_load(config)["trainer"]["precision"] == expected
     reason = "native bf16, 1.50x fp32 in the probe" if cpu == "bf16" else "no AVX512-BF16/AMX"
     assert config.startswith("# hardware: cpu ") and f"# precision: {expected} (" in config
-    assert f"(faked: {cpu} CPU), 2 threads: {reason})" in config
+    assert re.search(rf"\(faked: {cpu} CPU\), \d+ threads: {re.escape(reason)}\)", config)  # any core count
     assert hparams["precision"] == expected and hparams["hardware"].startswith("hardware: cpu ")
 
 

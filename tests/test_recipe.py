@@ -12,12 +12,13 @@ from pathlib import Path
 import pytest
 import pytorch_lightning as pl
 import torch
-from compose import CONFIGS, ROOT, compose_train
+from compose import CONFIGS, ROOT, compose_train, tiny_run
 from omegaconf import OmegaConf
 
-from seq2seq.config import ConfigError, OptimConfig, validated
+from seq2seq.config import CallbacksConfig, ConfigError, OptimConfig, validated
 from seq2seq.training.overrides import check_overrides, hydra_args
 from seq2seq.training.recipe import choose_recipe
+from seq2seq.training.run import train
 
 CPU_SETS = (
     "model=small, trainer=default, data.max_tokens=2500, optim.lr=0.0015, optim.warmup_steps=200, "
@@ -178,3 +179,17 @@ def test_the_gpu_recipe_decays_with_its_time_budget_and_validates_on_the_clock()
     assert cfg.trainer.max_time == "00:00:15:00"
     trainer = pl.Trainer(**OmegaConf.to_container(cfg.trainer), logger=False, enable_checkpointing=False)
     assert trainer._val_check_time_interval == 90.0  # seconds between validations, not epochs
+
+
+def test_a_run_validating_on_the_clock_trains_with_early_stopping_on(tmp_path: Path) -> None:
+    """The GPU recipe validates on the clock with early stopping at its default patience; that pair
+    once died in Lightning's EarlyStopping setup. Here on a CPU, a one-second clock so it validates."""
+    gpu = compose_train("experiment=spa_en_gpu").trainer
+    assert isinstance(gpu.val_check_interval, str) and gpu.check_val_every_n_epoch is None
+    patience = CallbacksConfig.early_stopping_patience
+    cfg = tiny_run(
+        tmp_path / "run", tmp_path / "cache", "trainer.val_check_interval=00:00:00:01",
+        "trainer.check_val_every_n_epoch=null", f"callbacks.early_stopping_patience={patience}",
+    )  # fmt: skip
+    train(cfg)
+    assert (tmp_path / "run" / "checkpoints" / "best.ckpt").is_file()  # validated, checkpointed by val/bleu

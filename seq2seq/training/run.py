@@ -107,8 +107,12 @@ def build_trainer(
         GlobalBatch(int(cfg.data.max_tokens)),
     ]
     if callbacks_cfg.early_stopping_patience:
+        # Checked after each validation, which is when val/bleu changes. Left to itself, Lightning
+        # (2.6) decides this from trainer.val_check_interval, an attribute a time-based interval
+        # (the GPU recipe's) leaves unset, and the run dies in its setup.
+        patience = callbacks_cfg.early_stopping_patience
         callbacks.append(
-            EarlyStopping(monitor="val/bleu", mode="max", patience=callbacks_cfg.early_stopping_patience)
+            EarlyStopping(monitor="val/bleu", mode="max", patience=patience, check_on_train_epoch_end=False)
         )
     if callbacks_cfg.progress_bar:
         callbacks.append(RichProgressBar())
