@@ -20,8 +20,17 @@ from seq2seq.config import ConfigError, ModelConfig, OptimConfig
 from seq2seq.model import Transformer
 from seq2seq.model.attention import MultiHeadAttention
 from seq2seq.model.dropout import Dropout
+from seq2seq.training import budget
 from seq2seq.training import run as training
-from seq2seq.training.budget import set_dropout, step_share, wsd_factor
+from seq2seq.training.budget import (
+    MEASURE_SECONDS,
+    MEASURE_SHARE,
+    MEASURE_STEPS,
+    estimated_steps,
+    set_dropout,
+    step_share,
+    wsd_factor,
+)
 from seq2seq.training.run import train
 
 
@@ -114,8 +123,16 @@ class SteadySteps(pl.Callback):
         time.sleep(0.4)
 
 
+def test_the_step_rate_is_trusted_after_its_window_and_enough_steps() -> None:
+    window = min(MEASURE_SECONDS, MEASURE_SHARE * 120)  # a 2-minute run: 6 seconds
+    assert estimated_steps(3, 2, 8.0, 10.0, 110.0) is None  # a GPU's slow first steps alone
+    assert estimated_steps(12, MEASURE_STEPS, window / 2, 10.0, 110.0) is None  # too short a time
+    assert estimated_steps(12, MEASURE_STEPS, window, 10.0, 110.0) == 12 + MEASURE_STEPS / window * 110.0
+
+
 def test_a_time_limited_run_measures_its_step_rate_before_deciding(tmp_path, caplog, monkeypatch) -> None:
     caplog.set_level(logging.INFO, logger="seq2seq.training.budget")
+    monkeypatch.setattr(budget, "MEASURE_STEPS", 3)  # a 6-second run of 0.4-second steps makes few
     build_trainer = training.build_trainer
     monkeypatch.setattr(training, "build_trainer", lambda *args: _with(build_trainer(*args), SteadySteps()))
     overrides = (

@@ -56,10 +56,10 @@ class LockstepStrategy:
 
 
 class SpentTimer(Timer):
-    """A 100-second ``max_time`` of which ``elapsed`` seconds are spent, as this rank's clock says."""
+    """A 400-second ``max_time`` of which ``elapsed`` seconds are spent, as this rank's clock says."""
 
     def __init__(self) -> None:
-        super().__init__(duration=timedelta(seconds=100))
+        super().__init__(duration=timedelta(seconds=400))
         self.elapsed = 0.0
 
     def time_elapsed(self, stage: Any = None) -> float:
@@ -83,14 +83,16 @@ def test_budget_ranks_decide_together_on_rank_0s_clock(monkeypatch: pytest.Monke
             accumulate_grad_batches=1,
         )
         ranks.append((Budget(dropout_min_epochs=1), trainer))
-    for step in range(10):  # 1 s per step: rank 0 has spent 5% of max_time at step 5, rank 1 at step 6
-        clock.now = float(step)
+    # 1 s per step on rank 0's clock, 0.9 s on rank 1's: rank 0 has measured its 20-second window
+    # (5 % of max_time) at step 20, rank 1 would at step 23.
+    for step in range(30):
         for rank, (callback, trainer) in enumerate(ranks):
+            clock.now = step * (1.0 if rank == 0 else 0.9)
             trainer.global_step = step
-            trainer.callbacks[0].elapsed = step * (1.0 if rank == 0 else 0.9)
+            trainer.callbacks[0].elapsed = clock.now
             callback.on_train_batch_end(trainer, module, None, None, step)
         assert ranks[0][1].strategy.calls == ranks[1][1].strategy.calls, f"step {step}"
-    assert ranks[0][0].epochs == ranks[1][0].epochs == pytest.approx(10.0)  # (5 + 1 step/s × 95 s) / 10
+    assert ranks[0][0].epochs == ranks[1][0].epochs == pytest.approx(40.0)  # (20 + 1 step/s × 380 s) / 10
 
 
 def sample_hypotheses(tensorboard: Path) -> list[str]:
