@@ -204,20 +204,24 @@ def stages_table(records: dict[str, dict[str, Any]], _: str | None) -> str:
              number(s.get("peak_rss_gib"))]
             for s in r["stages"]
         ]  # fmt: skip
-        parts.append(f"On {r['machine']['cpu']}, {r['load']} (record `{r['name']}`):\n\n")
-        parts.append(markdown(["stage", "command", "seconds", "peak RSS (GiB)"], rows))
-    return "".join(parts)
+        parts.append(f"On {r['machine']['cpu']}, {r['load']} (record `{r['name']}`):\n\n"
+                     + markdown(["stage", "command", "seconds", "peak RSS (GiB)"], rows))  # fmt: skip
+    return "\n".join(parts)
 
 
 def requirements_table(records: dict[str, dict[str, Any]], _: str | None) -> str:
     python = re.search(r'requires-python = "([^"]+)"', (ROOT / "pyproject.toml").read_text()).group(1)
     rows = [["Python", f"`{python}` (pyproject.toml)"]]
+    gpu = NOT_MEASURED
     for r in stage_records(records):
         peak = max((s["peak_rss_gib"] for s in r["stages"] if s.get("peak_rss_gib")), default=None)
-        largest = f"{number(peak)} GiB peak RSS of the largest stage on {r['machine']['cpu']}"
-        rows.append(["memory (RAM)", largest])
+        if peak is not None:
+            largest = f"{number(peak)} GiB peak RSS of the largest stage on {r['machine']['cpu']}"
+            rows.append(["memory (RAM)", largest])
         rows += [[f"disk: {d['what']}", d["size"]] for d in r["disk"]]
-        rows.append(["GPU memory, `experiment=spa_en_gpu`", number(r.get("gpu_memory_gib"))])
+        if r.get("gpu_memory_gib") is not None:
+            gpu = f"{number(r['gpu_memory_gib'])} GiB on {r['machine']['cpu']} ({r['gpu_memory_note']})"
+    rows.append(["GPU memory, `experiment=spa_en_gpu`", gpu])
     return markdown(["what", "needs"], rows)
 
 
