@@ -4,7 +4,8 @@ Everything comes from files the run left behind: ``config.yaml`` (the resolved c
 hardware and precision lines that ``seq2seq/training/run.py`` writes), ``.hydra/overrides.yaml``,
 the checkpoints' metadata (``seq2seq/checkpoint.py``: steps, best validation BLEU), the TensorBoard
 events (the median of ``train/tokens_per_s``, the validations) and, for test BLEU, the JSON that
-``translate.py --eval test --metrics-out FILE`` writes. The commit is the checkout's at record time.
+``translate.py --eval test --metrics-out FILE`` writes. The commit is HEAD at record time, or null
+where the files differ from it.
 """
 
 from __future__ import annotations
@@ -91,12 +92,19 @@ def test_entry(metrics_file: Path) -> dict[str, Any]:
 
 
 def commit() -> str | None:
-    """The checkout's commit; None in a copy of the tree without git (a lent GPU machine)."""
+    """HEAD, when the tracked files are as committed. None otherwise, since that commit would
+    misname the code that ran: a tree with changes, a copy without git, or one whose git is older
+    than its files (a lent GPU machine's copy named a commit from hours before its files)."""
     try:
-        result = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+        head, changes = (
+            subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
+            for args in (["rev-parse", "HEAD"], ["status", "--porcelain", "--untracked-files=no"])
+        )
     except OSError:
         return None
-    return result.stdout.strip() or None if result.returncode == 0 else None
+    if head.returncode or changes.returncode or changes.stdout.strip():
+        return None
+    return head.stdout.strip()
 
 
 def record(run_dir: Path, name: str, test_metrics: list[Path], machine: str | None = None) -> dict[str, Any]:
