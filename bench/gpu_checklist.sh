@@ -56,7 +56,7 @@ EOF
 step translate 240 "$python" translate.py --ckpt "$run_dir/checkpoints/best.ckpt" --eval test --beam 5 \
     --metrics-out "$out/test_metrics.json"
 step record 60 "$python" bench/results_page.py --records "$out" record "$run_dir" --name gpu-checklist \
-    --test-metrics "$out/test_metrics.json"
+    --test-metrics "$out/test_metrics.json" --machine "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
 cp "$run_dir/config.yaml" "$out/config.yaml" 2>/dev/null
 
 step train_step_eager 150 "$python" bench/train_step.py --device cuda --max-tokens 16384
