@@ -9,7 +9,9 @@ dropout masks and the batch order, so the spread is the noise any change must st
     python bench/loss_curves.py OLD_SEED1.json OLD_SEED2.json NEW_SEED1.json NEW_SEED2.json [--window 100]
 
 Ends with ``RATIO seed_spread_per_loss_gap <value> target 1`` for the last window: at least 1 means
-the versions differ by no more than the seeds do.
+the versions differ by no more than the seeds do. Before it, the largest difference between the
+two versions' losses at the same step and seed: where the versions compute the same thing, only
+float rounding moves it.
 """
 
 from __future__ import annotations
@@ -65,6 +67,12 @@ def main() -> None:
         print(
             f"{w * args.window + 1:4d}-{(w + 1) * args.window:<5d} | {cells} | {gap:12.4f} | {spread:11.4f}"
         )
+    pairs = zip(versions[old], versions[new], strict=True)  # the same seed: a run stopped early is shorter
+    same_seed = [max(abs(a - b) for a, b in zip(o, n, strict=False)) for o, n in pairs]
+    print(
+        "largest per-step loss difference at the same seed: "
+        + ", ".join(f"s{i + 1} {d:.2g}" for i, d in enumerate(same_seed))
+    )
     print(f"RATIO seed_spread_per_loss_gap {ratio:.2f} target 1")
 
 

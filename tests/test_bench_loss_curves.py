@@ -37,6 +37,14 @@ def test_versions_that_differ_less_than_their_seeds_pass(tmp_path: Path) -> None
     assert ratio_of(records) == pytest.approx(4.0, abs=0.01)
 
 
+def test_the_same_seeds_largest_step_difference_is_printed(tmp_path: Path) -> None:
+    records = write_records(tmp_path, {"old": [0.0, 0.2], "new": [0.0, 0.3]})
+    done = subprocess.run(
+        [sys.executable, "bench/loss_curves.py", *map(str, records)], cwd=ROOT, capture_output=True, text=True
+    )
+    assert "at the same seed: s1 0, s2 0.1" in done.stdout
+
+
 def test_a_version_that_trains_worse_than_the_seed_spread_fails(tmp_path: Path) -> None:
     # seeds 0.1 apart, versions 0.5 apart: 0.1 / 0.5 = 0.2
     records = write_records(tmp_path, {"old": [0.0, 0.1], "new": [0.5, 0.6]})
