@@ -45,9 +45,9 @@ kill "$sampler" 2>/dev/null
 import statistics, sys
 rows = [line.split(", ") for line in open(sys.argv[1]) if line.count(",") == 2]
 util, memory = [float(r[1]) for r in rows], [float(r[2]) for r in rows]
-busy = [u for u in util if u > 0] or [0.0]
 if not util:
     sys.exit("no utilisation samples")
+busy = [u for u in util if u > 0] or [0.0]
 print(f"samples {len(util)} (1 s apart, the whole train.py process); utilisation mean {statistics.mean(util):.1f} %,"
       f" median {statistics.median(util):.0f} %; mean of non-idle samples {statistics.mean(busy):.1f} %;"
       f" peak memory.used {max(memory) / 1024:.2f} GiB")
@@ -61,5 +61,5 @@ cp "$run_dir/config.yaml" "$out/config.yaml" 2>/dev/null
 
 step train_step_eager 150 "$python" bench/train_step.py --device cuda --max-tokens 16384
 step train_step_compiled 150 "$python" bench/train_step.py --device cuda --max-tokens 16384 --sizes base --compile
-step tests 1200 "$python" -m pytest -q -n 8 -p no:cacheprovider --continue-on-collection-errors
+step tests 1200 "$python" -m pytest -n 8 -p no:cacheprovider --continue-on-collection-errors
 echo "== done with $(left)s of the deadline left" | tee -a "$out/steps.txt"
