@@ -7,6 +7,10 @@
 # them; every log lands in OUT_DIR.
 #
 #   bash bench/gpu_checklist.sh OUT_DIR [TRAIN_MINUTES (15, the recipe's)] [DEADLINE_SECONDS (1500)]
+#
+# TRAIN_MINUTES 0 skips training and the steps that need its checkpoint, for a machine whose minutes
+# are better spent on the benchmark and the tests (a lent machine's start and the run's own start-up
+# leave no full 15-minute run inside 15 minutes of device time).
 set -u
 out=${1:?usage: bench/gpu_checklist.sh OUT_DIR [TRAIN_MINUTES] [DEADLINE_SECONDS]}
 minutes=${2:-15}
@@ -34,14 +38,15 @@ print('torch', torch.__version__, 'lightning', pl.__version__, 'datasets', datas
     >>"$out/gpu.txt" 2>&1
 cat "$out/gpu.txt"
 
-nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader,nounits -l 1 \
-    >"$out/gpu_util.csv" 2>/dev/null &
-sampler=$!
-rm -rf "$run_dir"
-step train $((minutes * 60 + 150)) "$python" train.py "trainer.max_time=00:00:$(printf %02d "$minutes"):00" \
-    "hydra.run.dir=$run_dir"
-kill "$sampler" 2>/dev/null
-"$python" - "$out/gpu_util.csv" <<'EOF' | tee "$out/gpu_util.txt"
+if ((minutes > 0)); then
+    nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader,nounits -l 1 \
+        >"$out/gpu_util.csv" 2>/dev/null &
+    sampler=$!
+    rm -rf "$run_dir"
+    step train $((minutes * 60 + 150)) "$python" train.py "trainer.max_time=00:00:$(printf %02d "$minutes"):00" \
+        "hydra.run.dir=$run_dir"
+    kill "$sampler" 2>/dev/null
+    "$python" - "$out/gpu_util.csv" <<'EOF' | tee "$out/gpu_util.txt"
 import statistics, sys
 rows = [line.split(", ") for line in open(sys.argv[1]) if line.count(",") == 2]
 util, memory = [float(r[1]) for r in rows], [float(r[2]) for r in rows]
@@ -53,13 +58,14 @@ print(f"samples {len(util)} (1 s apart, the whole train.py process); utilisation
       f" peak memory.used {max(memory) / 1024:.2f} GiB")
 EOF
 
-step translate 240 "$python" translate.py --ckpt "$run_dir/checkpoints/best.ckpt" --eval test --beam 5 \
-    --metrics-out "$out/test_metrics.json"
-step record 60 "$python" bench/results_page.py --records "$out" record "$run_dir" --name gpu-checklist \
-    --test-metrics "$out/test_metrics.json" --machine "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
-cp "$run_dir/config.yaml" "$out/config.yaml" 2>/dev/null
+    step translate 240 "$python" translate.py --ckpt "$run_dir/checkpoints/best.ckpt" --eval test --beam 5 \
+        --metrics-out "$out/test_metrics.json"
+    step record 60 "$python" bench/results_page.py --records "$out" record "$run_dir" --name gpu-checklist \
+        --test-metrics "$out/test_metrics.json" --machine "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
+    cp "$run_dir/config.yaml" "$out/config.yaml" 2>/dev/null
+fi
 
 step train_step_eager 150 "$python" bench/train_step.py --device cuda --max-tokens 16384
 step train_step_compiled 150 "$python" bench/train_step.py --device cuda --max-tokens 16384 --sizes base --compile
-step tests 1200 "$python" -m pytest -n 8 -p no:cacheprovider --continue-on-collection-errors
+step tests 1200 "$python" -m pytest -n 12 -p no:cacheprovider --continue-on-collection-errors
 echo "== done with $(left)s of the deadline left" | tee -a "$out/steps.txt"
