@@ -130,6 +130,14 @@ def code_at(repo: Path, ref: str) -> Iterator[Path]:
         yield Path(directory)
 
 
+def without_other_code(pythonpath: str) -> str:
+    """``pythonpath`` less the entries that hold a ``seq2seq`` package: the run must import
+    ``tree``'s code, while the packages it needs may come from PYTHONPATH (a machine that installs
+    them with ``pip install --target``)."""
+    entries = [entry for entry in pythonpath.split(os.pathsep) if entry]
+    return os.pathsep.join(entry for entry in entries if not (Path(entry) / "seq2seq").is_dir())
+
+
 def loop_in_subprocess(
     tree: Path, steps: int, warmup: int, overrides: list[str], record: bool = False
 ) -> dict[str, Any]:
@@ -138,7 +146,7 @@ def loop_in_subprocess(
         out = Path(directory) / "result.json"
         command = [sys.executable, __file__, "--tree", str(tree), "--steps", str(steps)]
         command += ["--warmup", str(warmup), "--out", str(out), *(["--record"] if record else []), *overrides]
-        env = {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}  # only ``tree``
+        env = dict(os.environ, PYTHONPATH=without_other_code(os.environ.get("PYTHONPATH", "")))
         done = subprocess.run(command, capture_output=True, text=True, env=env)
         if done.returncode or not out.is_file():
             raise SystemExit(f"error: the loop run on {tree} failed:\n{done.stderr[-3000:]}")

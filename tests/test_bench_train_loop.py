@@ -9,6 +9,9 @@ from pathlib import Path
 import pytest
 from compose import ROOT
 
+sys.path.insert(0, str(ROOT / "bench"))
+from loop_run import without_other_code
+
 
 def record(out: Path, cache: Path, *extra: str) -> dict:
     command = [sys.executable, "bench/train_step.py", "--loop", "--record", str(out), "--steps", "4"]
@@ -32,3 +35,12 @@ def test_the_loss_curve_is_recorded_per_step_for_this_tree_and_for_a_commit(tmp_
     committed = record(tmp_path / "head.json", tmp_path / "cache", "--seed", "3", "--ref", "HEAD")
     assert committed["commit"] == head  # the code at the ref, extracted, not this working tree
     assert len(committed["losses"]) == 4
+
+
+def test_the_loop_keeps_pythonpath_packages_but_not_another_copy_of_the_code(tmp_path: Path) -> None:
+    packages, other_code = tmp_path / "site", tmp_path / "checkout"
+    (packages / "hydra").mkdir(parents=True)
+    (other_code / "seq2seq").mkdir(parents=True)
+    pythonpath = f"{packages}:{other_code}::{packages}"
+    assert without_other_code(pythonpath) == f"{packages}:{packages}"
+    assert without_other_code("") == ""
