@@ -10,9 +10,11 @@ the GPU's compute capability and a short timing probe) unless the config names o
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import platform
 import re
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -101,6 +103,19 @@ def device_type(accelerator: str) -> str:
     if accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available()):
         return "cuda"
     return "cpu" if accelerator == "auto" else accelerator
+
+
+def compile_blocker(device_type: str) -> str | None:
+    """Why ``torch.compile`` cannot build its kernels on this machine, or None: its CPU backend
+    compiles C++ and its GPU backend generates Triton kernels. Without them the first step would
+    fail deep inside the compiler, after the run has started."""
+    if device_type == "cpu":
+        compilers = [name for name in (os.environ.get("CXX"), "g++", "c++", "clang++") if name]
+        if not any(shutil.which(name) for name in compilers):
+            return "no C++ compiler on PATH (torch.compile's CPU backend builds C++; set CXX or install g++)"
+    if device_type == "cuda" and importlib.util.find_spec("triton") is None:
+        return "no Triton (torch.compile's GPU backend generates Triton kernels)"
+    return None
 
 
 def detect() -> Hardware:

@@ -23,6 +23,7 @@ from seq2seq.hardware import (
     Hardware,
     bf16_speedup,
     choose_precision,
+    compile_blocker,
     describe,
     device_type,
     parse_cpuinfo,
@@ -165,6 +166,26 @@ def test_training_records_the_precision_auto_chose(tmp_path, monkeypatch, cpu):
     assert config.startswith("# hardware: cpu ") and f"# precision: {expected} (" in config
     assert re.search(rf"\(faked: {cpu} CPU\), \d+ threads: {re.escape(reason)}\)", config)  # any core count
     assert hparams["precision"] == expected and hparams["hardware"].startswith("hardware: cpu ")
+
+
+def test_compile_is_blocked_only_where_its_backend_cannot_build(monkeypatch):
+    monkeypatch.delenv("CXX", raising=False)
+    monkeypatch.setattr("shutil.which", lambda name: "/usr/bin/g++" if name == "g++" else None)
+    assert compile_blocker("cpu") is None
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    assert compile_blocker("cpu").startswith("no C++ compiler on PATH")
+    monkeypatch.setattr("importlib.util.find_spec", lambda name: None)
+    assert compile_blocker("cuda").startswith("no Triton")
+
+
+def test_a_run_asking_for_compile_without_a_compiler_trains_eager_and_says_why(tmp_path, monkeypatch):
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    monkeypatch.delenv("CXX", raising=False)
+    train(tiny_run(tmp_path / "run", tmp_path / "cache", "compile=true", "trainer.max_epochs=1"))
+    config, _ = run_files(tmp_path / "run")
+    assert yaml.safe_load(config)["compile"] is False  # config.yaml reproduces what ran
+    assert "# compile: off (no C++ compiler on PATH" in config
+    assert (tmp_path / "run" / "checkpoints" / "last.ckpt").is_file()
 
 
 def test_the_tiny_experiment_trains_in_fp32_on_every_machine():

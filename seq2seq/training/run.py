@@ -24,7 +24,7 @@ from pytorch_lightning.utilities import rank_zero_only
 from seq2seq.config import CallbacksConfig, ConfigError, LoggerConfig, ModelConfig, OptimConfig, validated_run
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.data.resume import BatchOrder
-from seq2seq.hardware import describe, device_type, resolve_precision
+from seq2seq.hardware import compile_blocker, describe, device_type, resolve_precision
 from seq2seq.training.budget import Budget
 from seq2seq.training.callbacks import AtomicCheckpointIO, InterruptBetweenBatches, SaveLast
 from seq2seq.training.global_batch import GlobalBatch
@@ -71,11 +71,16 @@ def discard_unstarted_run(run_dir: Path) -> None:
 
 def settle_precision(cfg: DictConfig, model_cfg: ModelConfig) -> list[str]:
     """Replace ``trainer.precision=auto`` by this machine's choice, so config.yaml and the hparams
-    hold a value that reproduces the run elsewhere; logs and returns the hardware and the reason."""
+    hold a value that reproduces the run elsewhere, and turn a ``compile=true`` this machine cannot
+    honour into eager; logs and returns the hardware and the reasons."""
     accelerator = str(cfg.trainer.get("accelerator", "auto"))
     precision, reason = resolve_precision(cfg.trainer.precision, model_cfg, device_type(accelerator))
     cfg.trainer.precision = precision
     lines = [describe(), f"precision: {precision} ({reason})"]
+    if cfg.compile:
+        blocker = compile_blocker(device_type(accelerator))
+        cfg.compile = blocker is None
+        lines.append(f"compile: {'off' if blocker else 'on'} ({blocker or 'set explicitly'})")
     for line in lines:
         log.info("%s", line)
     return lines
