@@ -69,7 +69,7 @@ def discard_unstarted_run(run_dir: Path) -> None:
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
-def settle_precision(cfg: DictConfig, model_cfg: ModelConfig) -> list[str]:
+def settle_machine_choices(cfg: DictConfig, model_cfg: ModelConfig) -> list[str]:
     """Replace ``trainer.precision=auto`` by this machine's choice, so config.yaml and the hparams
     hold a value that reproduces the run elsewhere, and turn a ``compile=true`` this machine cannot
     honour into eager; logs and returns the hardware and the reasons."""
@@ -151,7 +151,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     if cfg.ckpt_path is not None and not Path(cfg.ckpt_path).is_file():
         raise ConfigError(f"ckpt_path: no checkpoint at {cfg.ckpt_path}")
     check_output_dir(run_dir)
-    header = settle_precision(cfg, model_cfg)
+    header = settle_machine_choices(cfg, model_cfg)
     if rank_zero_only.rank == 0:  # every rank of a torchrun or SLURM launch runs this; one writes
         (run_dir / "config.yaml").write_text(
             "".join(f"# {line}\n" for line in header) + OmegaConf.to_yaml(cfg, resolve=True)
