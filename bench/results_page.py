@@ -231,6 +231,7 @@ TABLES: dict[str, Callable[[dict[str, dict[str, Any]], Any], str]] = {
     "history": history_table,
     "levers-round1": levers_table,
     "levers-round2": levers_table,
+    "levers-round3": levers_table,
     "curve": curve_table,
     "table": table_record,
     "notes": notes,
