@@ -73,12 +73,12 @@ def settle_machine_choices(cfg: DictConfig, model_cfg: ModelConfig) -> list[str]
     """Replace ``trainer.precision=auto`` by this machine's choice, so config.yaml and the hparams
     hold a value that reproduces the run elsewhere, and turn a ``compile=true`` this machine cannot
     honour into eager; logs and returns the hardware and the reasons."""
-    accelerator = str(cfg.trainer.get("accelerator", "auto"))
-    precision, reason = resolve_precision(cfg.trainer.precision, model_cfg, device_type(accelerator))
+    device = device_type(str(cfg.trainer.get("accelerator", "auto")))
+    precision, reason = resolve_precision(cfg.trainer.precision, model_cfg, device)
     cfg.trainer.precision = precision
     lines = [describe(), f"precision: {precision} ({reason})"]
     if cfg.compile:
-        blocker = compile_blocker(device_type(accelerator))
+        blocker = compile_blocker(device)
         cfg.compile = blocker is None
         lines.append(f"compile: {'off' if blocker else 'on'} ({blocker or 'set explicitly'})")
     for line in lines:
