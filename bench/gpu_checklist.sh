@@ -2,8 +2,8 @@
 # The GPU checklist in one pass, for a machine lent for minutes, most wanted first: the default
 # `python train.py` (the GPU recipe) with GPU utilisation sampled each second, `translate.py --eval
 # test --beam 5` on its best checkpoint and the run's results record, the training-step benchmark
-# (eager, then compiled), and the tests (with pytest-xdist, which the lent machines have; one thread
-# per worker, since 12 workers each taking every core left the first try far behind). Each step
+# (eager, then compiled), and the tests (one pytest-xdist worker per core, as everywhere: the lent
+# machines have pytest-xdist, and tests/conftest.py gives each worker its share of threads). Each step
 # gets what is left of one deadline, so a slow step shortens the ones after it instead of losing
 # them; every log lands in OUT_DIR.
 #
@@ -68,5 +68,5 @@ fi
 
 step train_step_eager 150 "$python" bench/train_step.py --device cuda --max-tokens 16384
 step train_step_compiled 150 "$python" bench/train_step.py --device cuda --max-tokens 16384 --sizes base --compile
-step tests 1200 env OMP_NUM_THREADS=1 "$python" -m pytest -n 12 -p no:cacheprovider --continue-on-collection-errors
+step tests 1200 "$python" -m pytest -p no:cacheprovider --continue-on-collection-errors
 echo "== done with $(left)s of the deadline left" | tee -a "$out/steps.txt"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -14,10 +15,21 @@ from trained import train_tiny_checkpoint
 
 from seq2seq.checkpoint import MODEL_PREFIX, entry, save_atomically
 from seq2seq.config import DataConfig, DecodeConfig, ModelConfig
+from seq2seq.hardware import usable_cores
 from seq2seq.inference.backends import open_model
 from seq2seq.inference.cli import main
 from seq2seq.inference.translator import Translator
 from seq2seq.model import Transformer
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist each worker, and each process its tests start, gets its share of the cores:
+    N workers each running every core's worth of threads would spend the cores waiting on each other."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+    if workers:
+        threads = max(1, usable_cores() // workers)
+        os.environ["OMP_NUM_THREADS"] = str(threads)
+        torch.set_num_threads(threads)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
