@@ -55,6 +55,15 @@ def cpu_class(hardware_line: str) -> str:
     return next((name for flag, name in CPU_CLASSES if flag in present), "no AVX2")
 
 
+def precision_note(header_value: str | None) -> str | None:
+    """Why the run trained in its precision, from the header's ``32-true (REASON)``: ``auto: REASON``
+    where ``auto`` chose it, ``set explicitly`` where the config named it."""
+    if not header_value or " (" not in header_value:
+        return header_value
+    reason = header_value.split(" (", 1)[1].removesuffix(")")
+    return reason if reason == "set explicitly" else f"auto: {reason}"
+
+
 def max_time_minutes(value: str | None) -> float | None:
     """Lightning's ``DD:HH:MM:SS`` as minutes."""
     if not value:
@@ -137,7 +146,7 @@ def record(run_dir: Path, name: str, test_metrics: list[Path], machine: str | No
                     "class": cpu_class(hardware) if hardware else None,
                     "hardware_line": f"hardware: {hardware}" if hardware else None},
         "precision": config["trainer"]["precision"],
-        "precision_note": header.get("precision"),
+        "precision_note": precision_note(header.get("precision")),
         "steps": steps,
         "best_step": best_state["global_step"],
         "minutes": max_time_minutes(config["trainer"].get("max_time")),

@@ -16,7 +16,7 @@ from seq2seq.training.run import train
 
 sys.path.insert(0, str(ROOT / "bench"))
 import results_page
-from run_record import cpu_class
+from run_record import cpu_class, precision_note
 
 
 def test_the_pages_show_what_the_records_give() -> None:
@@ -50,6 +50,14 @@ def test_the_cpu_class_comes_from_the_hardware_line() -> None:
     assert cpu_class(line.replace("avx2 (no avx512f avx512_bf16", "avx2 avx512f avx512_bf16 (no")) == (
         "AVX512-BF16 without AMX"
     )
+
+
+def test_the_precision_note_says_auto_and_why_or_that_it_was_set() -> None:
+    assert precision_note("32-true (AMD EPYC, 2 threads: no AVX512-BF16/AMX)") == (
+        "auto: AMD EPYC, 2 threads: no AVX512-BF16/AMX"
+    )
+    assert precision_note("bf16-mixed (set explicitly)") == "set explicitly"
+    assert precision_note(None) is None
 
 
 @pytest.fixture(scope="module")
@@ -88,6 +96,7 @@ def test_a_finished_run_becomes_a_record_and_a_row(tiny_run_dir: Path, tmp_path:
     assert record["val_bleu"] == round(read_checkpoint(best)["seq2seq"]["best_bleu"], 2)
     assert record["tokens_per_s"] > 0 and record["validations"]
     assert record["machine"]["hardware_line"] == describe() and record["precision"] == "32-true"
+    assert record["precision_note"] == "set explicitly"  # the tiny experiment pins its precision
     assert record["test"][0]["bleu"] == json.loads(metrics.read_text())["bleu"]
     row = results_page.results_table(results_page.load_records(records), "results")
     assert f"| `tiny-run` | {record['machine']['cpu']}; " in row and f"| {record['steps']} |" in row
