@@ -67,7 +67,8 @@ PHASES = (  # ranges whose ops belong to one group, whatever the op, unless near
 )
 MODEL = "training_step_and_backward"  # Lightning runs these inside Optimizer.step (the closure)
 CASTS = {"aten::copy_", "aten::_to_copy", "aten::to", "aten::clone", "aten::_copy_from_and_resize"}
-MATMULS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear"}
+# addmm_: the loss's weight gradient, accumulated in place chunk by chunk
+MATMULS = {f"aten::{op}" for op in ("mm", "addmm", "addmm_", "bmm", "baddbmm", "matmul", "linear")}
 ATTENTION = ("scaled_dot_product", "ScaledDotProduct")
 NORMS = ("layer_norm", "LayerNorm")
 LOSS = ("SmoothedCrossEntropy",)  # the loss's autograd Function, forward and backward, old and new
