@@ -78,6 +78,19 @@ def test_grid_has_one_panel_per_layer_and_head(translator: Translator) -> None:
     ]
 
 
+def test_grid_labels_only_its_outer_panels_with_the_tokens(translator: Translator) -> None:
+    _, attention = translate_with_attention(translator, "I like coffee.")
+    rows, columns = attention.axes(AttentionKind.CROSS)
+    cfg = translator.model.cfg
+    axes = grid_figure(attention, AttentionKind.CROSS).axes
+    for index, ax in enumerate(axes):
+        layer, head = divmod(index, cfg.n_heads)
+        expected_x = columns if layer == cfg.n_decoder_layers - 1 else []  # the bottom row
+        expected_y = rows if head == 0 else []  # the first column
+        assert [t.get_text() for t in ax.get_xticklabels()] == expected_x, (layer, head)
+        assert [t.get_text() for t in ax.get_yticklabels()] == expected_y, (layer, head)
+
+
 def test_typical_sentence_has_the_median_length(translator: Translator) -> None:
     sources = [
         "Hi.",

@@ -107,6 +107,11 @@ def test_the_models_the_project_trains() -> None:
     assert (gelu.activation, gelu.d_ff, gelu.norm_first) == ("gelu", 1024, True)
 
 
+CHANGED_SINCE_33 = {  # on purpose: the tiny run's heatmaps were most of its time (one test draws them)
+    "tiny": {"logger.attention_images": False},
+}
+
+
 @pytest.mark.parametrize(
     ("experiment", "gpu"), [("spa_en_cpu", None), ("spa_en_gpu", "NVIDIA H100"), ("tiny", None)]
 )
@@ -114,12 +119,14 @@ def test_each_experiment_resolves_to_what_it_trained_before_the_schemas_owned_th
     experiment: str, gpu: str | None
 ) -> None:
     """``python train.py`` (the recipe train.py adds, not named) still trains exactly the run of
-    main at a2c4f28, and so do the GPU recipe and the tests' tiny run (tests/fixtures)."""
+    main at a2c4f28, and so do the GPU recipe and the tests' tiny run (tests/fixtures), but for the
+    changes made on purpose since (``CHANGED_SINCE_33``)."""
     argv = [] if experiment != "tiny" else ["experiment=tiny"]
     overrides, _ = choose_recipe(argv, gpu, CONFIGS)
     run = validated_run(compose_run(CONFIGS, overrides))
     now = flat({**asdict(run), "output_dir": None})
     before = flat(OmegaConf.load(ROOT / "tests" / "fixtures" / "resolved_before_33.yaml")[experiment])
+    before |= CHANGED_SINCE_33.get(experiment, {})
     assert {key: now.get(key) for key in before} == before
 
 

@@ -23,7 +23,7 @@ def tiny_config(tmp_path: Path, *overrides: str):
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory) -> Path:
     tmp_path = tmp_path_factory.mktemp("train")
-    train(tiny_config(tmp_path))
+    train(tiny_config(tmp_path, "logger.attention_images=true"))  # the tiny experiment leaves them out
     return tmp_path / "run"
 
 

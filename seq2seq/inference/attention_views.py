@@ -108,11 +108,20 @@ def translate_with_attention(
     return translation, sentence_attention(translator.model, translator.tokenizer, source, best.tokens)
 
 
-def draw_heatmap(ax: Axes, weights: Tensor, rows: list[str], columns: list[str], fontsize: float = 8) -> None:
-    """Draw (rows, columns) weights in [0, 1] on ``ax`` with the tokens as tick labels."""
+def draw_heatmap(
+    ax: Axes, weights: Tensor, rows: list[str] | None, columns: list[str] | None, fontsize: float = 8
+) -> None:
+    """Draw (rows, columns) weights in [0, 1] on ``ax`` with the tokens as tick labels; an axis whose
+    labels are None gets no ticks at all (creating tick labels is most of matplotlib's drawing time)."""
     ax.imshow(weights.float().cpu().numpy(), cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
-    ax.set_xticks(range(len(columns)), columns, rotation=60, ha="right", fontsize=fontsize)
-    ax.set_yticks(range(len(rows)), rows, fontsize=fontsize)
+    if columns is None:
+        ax.set_xticks([])
+    else:
+        ax.set_xticks(range(len(columns)), columns, rotation=60, ha="right", fontsize=fontsize)
+    if rows is None:
+        ax.set_yticks([])
+    else:
+        ax.set_yticks(range(len(rows)), rows, fontsize=fontsize)
 
 
 def heatmap_figure(
@@ -154,11 +163,9 @@ def grid_figure(attention: SentenceAttention, kind: AttentionKind) -> Figure:
     for layer in range(n_layers):
         for head in range(n_heads):
             ax = axes[layer][head]
-            draw_heatmap(ax, weights[layer, head], rows, columns, fontsize=5)
+            outer_rows = None if head else rows  # the first column and the last row carry the tokens
+            outer_columns = columns if layer == n_layers - 1 else None
+            draw_heatmap(ax, weights[layer, head], outer_rows, outer_columns, fontsize=5)
             ax.set_title(f"layer {layer + 1} head {head + 1}", fontsize=6)
-            if head:
-                ax.set_yticks([])
-            if layer < n_layers - 1:
-                ax.set_xticks([])
     fig.suptitle(f"{kind.title}: every layer and head", fontsize=8)
     return fig
