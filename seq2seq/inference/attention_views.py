@@ -112,7 +112,7 @@ def draw_heatmap(
     ax: Axes, weights: Tensor, rows: list[str] | None, columns: list[str] | None, fontsize: float = 8
 ) -> None:
     """Draw (rows, columns) weights in [0, 1] on ``ax`` with the tokens as tick labels; an axis whose
-    labels are None gets no ticks at all (creating tick labels is most of matplotlib's drawing time)."""
+    labels are None gets no ticks at all (creating tick labels is much of matplotlib's drawing time)."""
     ax.imshow(weights.float().cpu().numpy(), cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
     if columns is None:
         ax.set_xticks([])
