@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from length_penalty import decode_split, held_out_test  # noqa: E402
 
 from seq2seq.checkpoint import read_checkpoint  # noqa: E402
-from seq2seq.hardware import describe  # noqa: E402
+from seq2seq.hardware import describe, threads_each  # noqa: E402
 from seq2seq.inference.backends import open_model  # noqa: E402
 
 
@@ -154,7 +154,7 @@ def train_runs(runs: dict[Path, list[str]], parallel: int) -> None:
         group = pending[start : start + parallel]
         env = dict(os.environ)
         if len(group) > 1:  # a run left alone keeps every core, as train.py would
-            env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or len(group)) // len(group)))
+            env["OMP_NUM_THREADS"] = str(threads_each(len(group)))
         jobs = [
             subprocess.Popen([sys.executable, "train.py", *overrides], cwd=ROOT, env=env)
             for _, overrides in group

@@ -72,6 +72,12 @@ def usable_cores() -> int:
     return os.cpu_count() or 1
 
 
+def threads_each(processes: int) -> int:
+    """Threads for each of ``processes`` sharing this machine's cores (at least one): more would
+    spend the cores waiting on each other."""
+    return max(1, usable_cores() // processes)
+
+
 class DeviceError(ValueError):
     """The requested device is not available."""
 

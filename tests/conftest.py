@@ -15,7 +15,7 @@ from trained import train_tiny_checkpoint
 
 from seq2seq.checkpoint import MODEL_PREFIX, entry, save_atomically
 from seq2seq.config import DataConfig, DecodeConfig, ModelConfig
-from seq2seq.hardware import usable_cores
+from seq2seq.hardware import threads_each
 from seq2seq.inference.backends import open_model
 from seq2seq.inference.cli import main
 from seq2seq.inference.translator import Translator
@@ -27,7 +27,7 @@ def pytest_configure(config: pytest.Config) -> None:
     N workers each running every core's worth of threads would spend the cores waiting on each other."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
     if workers:
-        threads = max(1, usable_cores() // workers)
+        threads = threads_each(workers)
         os.environ["OMP_NUM_THREADS"] = str(threads)
         torch.set_num_threads(threads)
 

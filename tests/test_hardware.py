@@ -16,6 +16,7 @@ import yaml
 from compose import ROOT, compose_train, tiny_run
 from cpu_classes import CPU_CLASSES, fake_cpu
 
+from seq2seq import hardware
 from seq2seq.config import DecodeConfig, ModelConfig, OptimConfig
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.hardware import (
@@ -32,6 +33,7 @@ from seq2seq.hardware import (
     resolve_dtype,
     resolve_precision,
     speedup_of,
+    threads_each,
 )
 from seq2seq.inference.backends import open_model
 from seq2seq.inference.cli import main as translate_main
@@ -298,3 +300,8 @@ def test_auto_takes_the_gpu_when_there_is_one_and_an_absent_gpu_is_an_error(monk
     assert resolve_device("cpu") == torch.device("cpu")
     with pytest.raises(DeviceError, match="no CUDA GPU is available"):
         resolve_device("cuda")
+
+
+def test_each_of_several_processes_gets_its_share_of_the_cores_and_at_least_one(monkeypatch):
+    monkeypatch.setattr(hardware, "usable_cores", lambda: 16)
+    assert (threads_each(1), threads_each(2), threads_each(12), threads_each(32)) == (16, 8, 1, 1)
