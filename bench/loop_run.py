@@ -1,7 +1,7 @@
 """One run of the default recipe's real training loop, on any version of the code: what
 ``bench/train_step.py --loop`` times and ``bench/step_profile.py`` profiles.
 
-``train.py``'s own path (its ``choose_recipe``, then ``seq2seq.training.run.train``:
+``train.py``'s own path (the recipe it adds, then ``seq2seq.training.run.train``:
 the Lightning Trainer, the module, the data module, EMA, logging and callbacks as it builds them),
 with one extra callback added to the Trainer that ``run.build_trainer`` returns: it times the steps
 after ``warmup``, can record each step's loss and learning rate, and stops the run after
@@ -10,9 +10,11 @@ a 30-minute run (a ``trainer.max_steps`` would make the schedule decay within th
 timed window counts: validation is off (``trainer.limit_val_batches=0``; early stopping, which
 would wait for ``val/bleu``, goes with it), since it is not part of a training step.
 
-It imports only what every version since a2c4f28 has, from the tree given by ``--tree``, so one
-process can run today's code and another the code at an earlier commit (:func:`code_at` extracts
-it). As a script it writes the result as JSON; :func:`loop_in_subprocess` starts it, and
+It imports only what every version it is asked to run has (``seq2seq.training.run``), from the
+tree given by ``--tree``, so one process can run today's code and another the code at an earlier
+commit (:func:`code_at` extracts it). The recipe comes from this tree's ``choose_recipe`` in the
+process that starts the run (:func:`with_recipe`), as an ``experiment=`` override every version
+composes. As a script it writes the result as JSON; :func:`loop_in_subprocess` starts it, and
 ``bench/step_profile.py`` calls :func:`run_loop` in-process with its own callbacks.
 
     python bench/loop_run.py --tree DIR --steps 30 --warmup 5 --out result.json [--record] [overrides]
@@ -35,6 +37,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+ROOT = Path(__file__).resolve().parent.parent  # this tree, whose code chooses the recipe
 LOOP_OVERRIDES = ("trainer.limit_val_batches=0", "callbacks.early_stopping_patience=0")
 
 
@@ -76,32 +79,39 @@ def meter(steps: int, warmup: int, record: bool) -> Any:
     return Meter()
 
 
-def compose_default(tree: Path, overrides: list[str]) -> Any:
-    """The config ``python train.py OVERRIDES`` composes from ``tree``'s configs on this machine."""
+def with_recipe(overrides: list[str]) -> list[str]:
+    """``overrides`` with the experiment ``python train.py`` adds on this machine, chosen by this
+    tree's code (the one on ``sys.path`` of the process that starts the runs)."""
     import torch
-    from hydra import compose, initialize_config_dir
+
+    from seq2seq.training.recipe import choose_recipe
 
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else None
-    try:  # where the recipe lives since issue #33; a2c4f28 had it at the package root
-        from seq2seq.training.recipe import choose_recipe
+    return choose_recipe(overrides, gpu, ROOT / "configs")[0]
 
-        argv, _ = choose_recipe(overrides, gpu, tree / "configs")
-    except ImportError:
-        from seq2seq.recipe import choose_recipe
 
-        argv, _ = choose_recipe(overrides, gpu)
+def compose(tree: Path, overrides: list[str]) -> Any:
+    """The config that ``tree``'s ``configs/train.yaml`` composes with ``overrides``."""
+    from hydra import compose, initialize_config_dir
+
     with initialize_config_dir(config_dir=str(tree / "configs"), version_base="1.3"):
-        return compose("train", overrides=argv)
+        return compose("train", overrides=overrides)
+
+
+def compose_default(overrides: list[str]) -> Any:
+    """The config ``python train.py OVERRIDES`` composes from this tree on this machine."""
+    return compose(ROOT, with_recipe(overrides))
 
 
 def run_loop(
     tree: Path, overrides: list[str], extra_callbacks: list[Any], output_dir: Path
 ) -> dict[str, Any]:
-    """Train the default recipe of the code in ``tree`` (already first on ``sys.path``) with
-    ``extra_callbacks`` added to its Trainer; returns the precision line and the final metrics."""
+    """Train the code in ``tree`` (already first on ``sys.path``) with ``overrides`` (the recipe
+    among them: :func:`with_recipe`) and ``extra_callbacks`` added to its Trainer; returns the
+    precision line and the final metrics."""
     from seq2seq.training import run
 
-    cfg = compose_default(tree, [*LOOP_OVERRIDES, *overrides, f"output_dir={output_dir}"])
+    cfg = compose(tree, [*LOOP_OVERRIDES, *overrides, f"output_dir={output_dir}"])
     build_trainer: Callable[..., Any] = run.build_trainer
 
     def with_extra_callbacks(*args: Any, **kwargs: Any) -> Any:
@@ -141,11 +151,13 @@ def without_other_code(pythonpath: str) -> str:
 def loop_in_subprocess(
     tree: Path, steps: int, warmup: int, overrides: list[str], record: bool = False
 ) -> dict[str, Any]:
-    """:func:`main` in a fresh process on the code in ``tree``; its JSON result, or exit with its error."""
+    """:func:`main` in a fresh process on the code in ``tree``, with this machine's recipe added to
+    ``overrides``; its JSON result, or exit with its error."""
     with tempfile.TemporaryDirectory(prefix="loop_result-") as directory:
         out = Path(directory) / "result.json"
         command = [sys.executable, __file__, "--tree", str(tree), "--steps", str(steps)]
-        command += ["--warmup", str(warmup), "--out", str(out), *(["--record"] if record else []), *overrides]
+        command += ["--warmup", str(warmup), "--out", str(out), *(["--record"] if record else [])]
+        command += with_recipe(overrides)
         env = dict(os.environ, PYTHONPATH=without_other_code(os.environ.get("PYTHONPATH", "")))
         done = subprocess.run(command, capture_output=True, text=True, env=env)
         if done.returncode or not out.is_file():
@@ -162,7 +174,9 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=5, help="steps before the timed window")
     parser.add_argument("--record", action="store_true", help="also record every step's loss and LR")
     parser.add_argument("--out", type=Path, required=True, help="JSON result")
-    parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. seed=43 data.num_workers=0")
+    parser.add_argument(
+        "overrides", nargs="*", help="Hydra overrides with the experiment, e.g. experiment=spa_en_cpu seed=43"
+    )
     args = parser.parse_args()
     tree = args.tree.resolve()
     sys.path.insert(0, str(tree))

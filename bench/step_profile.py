@@ -42,7 +42,7 @@ import torch  # noqa: E402
 from torch.autograd.profiler_util import FunctionEvent  # noqa: E402
 from torch.profiler import profile  # noqa: E402
 
-from bench.loop_run import compose_default, run_loop  # noqa: E402
+from bench.loop_run import compose_default, run_loop, with_recipe  # noqa: E402
 from bench.train_step import ours_loss, train_step_fn  # noqa: E402
 from seq2seq.config import DataConfig, ModelConfig, validated  # noqa: E402
 from seq2seq.data.datamodule import TranslationDataModule  # noqa: E402
@@ -201,7 +201,7 @@ def profile_loop(overrides: list[str], warmup: int, steps: int) -> Split:
     """(b) the real loop, in this process."""
     window = ProfiledWindow(warmup, steps)
     with tempfile.TemporaryDirectory(prefix="profile-") as output_dir:
-        run_loop(ROOT, overrides, [window], Path(output_dir))
+        run_loop(ROOT, with_recipe(overrides), [window], Path(output_dir))
     if window.split is None:
         sys.exit(f"error: the run ended before {warmup + 2 * steps} steps")
     return window.split
@@ -239,7 +239,7 @@ def main() -> None:
     parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="Hydra overrides")
     args = parser.parse_args()
     print(describe())
-    cfg = compose_default(ROOT, [*args.set, f"trainer.precision={PRECISIONS[args.dtype]}"])
+    cfg = compose_default([*args.set, f"trainer.precision={PRECISIONS[args.dtype]}"])
     precision, reason = resolve_precision(
         cfg.trainer.precision, validated(ModelConfig, cfg.model, "model"), "cpu"
     )

@@ -28,12 +28,13 @@ attention, 12 · d_model · (queries · keys) per layer and attention kind (forw
 
 (f) with ``--loop``: the default recipe's real training loop (``train.py``'s Trainer, module, data
     module, EMA, logging and callbacks; ``bench/loop_run.py``) for ``--steps`` steps after
-    ``--warmup``, this working tree against today's path, the code at ``--baseline`` (a2c4f28, the
-    commit issue #37 measured), extracted with ``git archive``: each run in its own process,
-    repetitions alternating which goes first, medians; also per CPU-second of the training process,
-    which load from other processes moves much less than wall time. Then our bare step of the same
-    model as a share of the matmul ceiling. ``--record FILE`` instead writes one run's per-step loss and LR
-    (``--steps 500 --seed S``, the code at ``--ref`` or this tree) as JSON, for the loss-curve check.
+    ``--warmup``, this working tree against the code at ``--baseline`` (by default the training
+    path before the step changes of docs/performance.md), extracted with ``git archive``: each run
+    in its own process, repetitions alternating which goes first, medians; also per CPU-second of
+    the training process, which load from other processes moves much less than wall time. Then our
+    bare step of the same model as a share of the matmul ceiling. ``--record FILE`` instead writes
+    one run's per-step loss and LR (``--steps 500 --seed S``, the code at ``--ref`` or this tree) as
+    JSON, for the loss-curve check.
 
 Ends with ``RATIO <name> <value> target <t>`` lines.
 
@@ -82,8 +83,8 @@ from seq2seq.training.module import adamw, fused_adamw_applies  # noqa: E402
 
 VOCAB = 8000
 SIZES = ("small_postnorm", "base")  # configs/model/<size>.yaml: post-norm ReLU, as nn.Transformer
-BASELINE = "a2c4f28"  # today's path: the commit issue #37 measured
-LOOP_TARGETS = (("amx_bf16", 1.5), ("avx512_bf16", 1.3))  # issue #37, by CPU class; AVX2 (fp32): 1.15
+BASELINE = "a2c4f28"  # --baseline's default: the training path before the step changes (docs/performance.md)
+LOOP_TARGETS = (("amx_bf16", 1.5), ("avx512_bf16", 1.3))  # the loop's target by CPU class; AVX2: 1.15
 
 
 class TorchTransformer(nn.Module):
@@ -370,7 +371,7 @@ def bench_contention(
 
 
 def loop_target(hardware: Hardware) -> float:
-    """Issue #37's target for the loop's speed-up on this machine's class (no slower on a GPU)."""
+    """The target for the loop's speed-up on this machine's class (no slower on a GPU)."""
     if hardware.gpu is not None:
         return 1.0
     return next((target for flag, target in LOOP_TARGETS if flag in hardware.flags), 1.15)
@@ -404,7 +405,7 @@ def bench_loop(args: argparse.Namespace, data: tuple) -> list[tuple[str, float, 
         f"process, which other load moves less: {new_cpu:.0f} vs {old_cpu:.0f} ({new_cpu / old_cpu:.3f}x); "
         f"load average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"
     )
-    cfg = compose_default(ROOT, args.set)
+    cfg = compose_default(args.set)
     model_cfg = validated(ModelConfig, cfg.model, "model")
     dtype = precision_dtype(str(result["precision"]))
     mfu = bench_bare_step(model_cfg, args, data, dtype)

@@ -28,7 +28,7 @@ AUTO = "auto"
 FLAGS_THAT_MATTER = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
 NATIVE_BF16 = frozenset({"avx512_bf16", "amx_bf16"})  # bf16 dot products in hardware
 PROBE_SECONDS = 2.0  # the most the CPU bf16 probe may take
-PROBE_FLOPS = 1e9  # fp32 work of one probe step: 5-10 ms on a 2-core CPU
+PROBE_FLOPS = 1e9  # fp32 work of one probe step: milliseconds on a CPU
 INFERENCE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 

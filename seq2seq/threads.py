@@ -4,7 +4,7 @@ PyTorch's CPU kernels run on OpenMP threads. By default (GNU libgomp) a thread t
 share of a parallel region spins for a while before it sleeps. On an idle machine that saves a
 wake-up; when another process wants the same cores, the spinning threads take CPU time from the
 thread that is still working, and every region waits for the slowest one. ``PASSIVE`` makes waiting
-threads sleep at once (``bench/train_step.py --contention``, README "Performance"). libgomp reads
+threads sleep at once (``bench/train_step.py --contention``, docs/performance.md). libgomp reads
 the variable once, when torch's library loads, hence the import order; a value already in the
 environment is kept, so ``OMP_WAIT_POLICY=ACTIVE python train.py`` restores spinning.
 """

@@ -2,7 +2,7 @@
 
 ``auto`` depends on the CPU's flags and on a timing probe; faking both makes the rule's outcome a
 fact of the test, not of the machine that runs it. The bf16 class's probe answers 1.5, the speed-up
-measured on AMD EPYC with AVX512-BF16 (README, Performance); its flags are never probed when absent.
+measured on AMD EPYC with AVX512-BF16 (docs/performance.md); its flags are never probed when absent.
 """
 
 from __future__ import annotations

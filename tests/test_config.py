@@ -63,7 +63,7 @@ def test_train_yaml_sets_no_value_of_the_run_schema() -> None:
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
 def test_an_experiment_sets_only_what_changes_and_no_key_of_the_model_or_corpus(experiment: str) -> None:
     """Every value an experiment states differs from what its chosen options give without it; it
-    picks model and data options but changes none of their keys (README, Training)."""
+    picks model and data options but changes none of their keys (docs/training.md)."""
     raw = OmegaConf.load(CONFIGS / "experiment" / f"{experiment}.yaml")
     stated = flat(raw)
     assert not [key for key in stated if key.startswith("model.")]
@@ -95,7 +95,7 @@ def test_a_model_choice_trains_what_its_file_says_under_every_experiment(experim
 
 
 def test_the_models_the_project_trains() -> None:
-    """small: the CPU recipe's pre-norm SwiGLU at 683 (issue #27); small_postnorm: the ReLU model
+    """small: the CPU recipe's pre-norm SwiGLU at 683 (the lever study); small_postnorm: the ReLU model
     before it; the README's override for a transformers export gives GELU at 1,024."""
     small, postnorm = (
         validated_run(compose_train(f"model={name}")).model for name in ("small", "small_postnorm")

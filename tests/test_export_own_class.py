@@ -42,7 +42,7 @@ transformers = pytest.importorskip(
     "transformers", reason="the transformers export needs pip install -e '.[hf]'"
 )
 # Another environment's interpreter for the load-without-seq2seq check, e.g. one with the oldest
-# transformers the hf extra allows (README, Hugging Face transformers); unset: this one, with -S.
+# transformers the hf extra allows (docs/export.md, Hugging Face transformers); unset: this one, with -S.
 OTHER_PYTHON = os.environ.get("SEQ2SEQ_HF_PYTHON")
 
 

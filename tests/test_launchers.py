@@ -2,7 +2,7 @@
 launch agrees on, Hydra's files written once, and ``bench/train_step.py --device cuda`` without CUDA.
 
 The multi-process tests train the tiny experiment on CPU processes talking over gloo; SLURM and
-real GPUs cannot run here (README, "Launchers").
+real GPUs cannot run here (docs/distributed.md, Launchers).
 """
 
 import socket

@@ -2,7 +2,7 @@
 ``AutoModelForSeq2SeqLM``: after ``import seq2seq.hf`` the Auto classes load a folder that
 ``python -m seq2seq.export --to transformers`` wrote with this class, with no
 ``trust_remote_code``. Not imported by ``import seq2seq``: importing transformers costs seconds
-that training and translating without it should not pay (README, Hugging Face transformers).
+that training and translating without it should not pay (docs/export.md, Hugging Face transformers).
 """
 
 from transformers import AutoConfig, AutoModelForSeq2SeqLM

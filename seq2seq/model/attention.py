@@ -44,10 +44,10 @@ def fast_attention(
 ) -> Tensor:
     """Same maths as :func:`reference_attention` through the fused SDPA kernel; no weights.
 
-    Two CPU cases take other routes, both measured in ``bench/``: training in bf16 takes SDPA's
-    math backend (the CPU flash kernel's bf16 backward took a third of each training step), and
-    a single query per row (one decoding step) takes two small matmuls, which cost about 40 %
-    less than the flash kernel's setup.
+    Two CPU cases take other routes, both faster there (docs/performance.md): training in bf16
+    takes SDPA's math backend, since the CPU flash kernel's bf16 backward is slow, and a single
+    query per row (one decoding step) takes two small matmuls, cheaper than the flash kernel's
+    setup.
     """
     if q.device.type == "cpu" and q.size(-2) == 1 and not (dropout_p and q.requires_grad):
         return _single_query_attention(q, k, v, mask)
@@ -74,7 +74,7 @@ class MultiHeadAttention(nn.Module):
     Self-attention in training mode projects Q, K and V in one matmul, with the weights of
     ``q_proj`` and ``kv_proj`` concatenated for it (the parameters and their names stay as they
     are): fewer, larger operations, and under bf16 autocast the input is cast once instead of twice
-    (about neutral in fp32 on a 2-core AVX2 CPU: README, Performance). Inference keeps two matmuls,
+    (its effect in fp32: docs/performance.md). Inference keeps two matmuls,
     which spares every decoding step the concatenation.
     """
 

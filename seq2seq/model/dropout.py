@@ -1,9 +1,9 @@
 """Inverted dropout that is cheap on a CPU: the same maths as ``nn.Dropout``, cheaper random bits.
 
-PyTorch's CPU dropout draws one Bernoulli sample per element; in a training step of the
-``small`` model that took a quarter of the time (``bench/train_step.py``, torch.profiler).
-Here one 64-bit random draw gives four 16-bit lanes, each compared with a threshold, so the
-mask costs about a third as much. The drop probability is rounded to a multiple of 1/65536.
+PyTorch's CPU dropout draws one Bernoulli sample per element, a large share of a CPU training
+step (docs/performance.md, Dropout masks). Here one 64-bit random draw gives four 16-bit lanes,
+each compared with a threshold, so the mask needs a quarter of the random bits. The drop
+probability is rounded to a multiple of 1/65536.
 On a GPU, PyTorch's fused dropout kernel is used instead.
 """
 

@@ -134,7 +134,7 @@ class Transformer(nn.Module):
 
         Training goes through :meth:`encode` and :meth:`decode_states`, not ``forward``, so it is the
         layers that are compiled; alike layers share their compiled code, and the parameters keep
-        their names. (On a 2-core AVX2 CPU in fp32 it did not pay: README, Performance.)
+        their names. (Whether it pays: docs/performance.md.)
         """
         for layer in [*self.encoder_layers, *self.decoder_layers]:
             layer.compile(*args, **kwargs)

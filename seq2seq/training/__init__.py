@@ -1,1 +1,1 @@
-"""Training stage: the LightningModule, its loss, callbacks, TensorBoard panels and checkpoint format."""
+"""Training stage: the LightningModule, its loss, schedule and budget, callbacks and TensorBoard panels."""

@@ -4,7 +4,7 @@ A run ends at ``trainer.max_steps``, ``max_epochs`` or ``max_time``, whichever c
 same 30-minute config sees a couple of epochs of the corpus on a slow CPU and dozens on a GPU. A
 run that sees few epochs is limited by underfitting, not overfitting: it trains best without
 dropout and with a learning rate that decays to zero by its end rather than by a fixed step
-count (issue #14's figures: README "Training", Budget). So both are set from the budget the run
+count (docs/training.md, Budget, holds the runs that show it). So both are set from the budget the run
 actually gets, measured while it runs.
 """
 
@@ -67,8 +67,9 @@ def step_share(step: int, budget: float) -> float:
 def estimated_steps(step: int, measured: int, spent: float, elapsed: float, remaining: float) -> float | None:
     """The steps a time-limited run will have made at its end, said at ``step`` from ``measured``
     steps that took ``spent`` seconds, with ``elapsed`` and ``remaining`` seconds of ``max_time``.
-    None while the measurement is too short to trust: a GPU's first steps are slow, and a measure
-    of the first few alone once put a 2-minute H200 run at 50 steps; it made 1,271."""
+    None while the measurement is too short to trust: a GPU's first steps are much slower than the
+    rest, so a measure of the first few alone underestimates the run many times over
+    (docs/results.md, the run ``h200-base-2min``)."""
     window = min(MEASURE_SECONDS, MEASURE_SHARE * (elapsed + remaining))
     if spent < window or measured < MEASURE_STEPS:
         return None

@@ -98,7 +98,7 @@ def sequence_loss(states: Tensor, weight: Tensor, target: Tensor, smoothing: flo
     """The output projection (``weight``: (V, D), no bias) and the loss of a teacher-forced batch,
     at real target tokens only. states: the decoder's final states (B, T, D), target: (B, T).
 
-    Pad positions, about 6 % of the default recipe's targets, never reach the projection.
+    Pad positions never reach the projection (their share of a batch: docs/performance.md).
     """
     real = target != pad_id  # (B, T)
     loss, nll, correct = _ProjectedSmoothedCrossEntropy.apply(states[real], weight, target[real], smoothing)
