@@ -170,7 +170,7 @@ class DecodeConfig:
     length_penalty: float = 0.6  # GNMT alpha; 0 = raw log-probability
     nbest: int = 1  # hypotheses returned per sentence
     max_len_a: float = 1.5  # max output length = a * source length + b
-    max_len_b: int = 10
+    max_len_b: int = 10  # the b of max_len_a: tokens allowed beyond a * source length
     min_len: int = 0  # EOS is forbidden before this many tokens
     sampling: bool = False  # greedy only: draw each token from the softmax instead of taking the argmax
     temperature: float = 1.0  # sampling: softmax temperature (< 1 sharper, > 1 flatter)
@@ -207,10 +207,10 @@ class OptimConfig:
     schedule: str = "inverse_sqrt"  # or "wsd": warmup, stable, then linear decay to zero at the budget's end
     decay_share: float = 0.4  # wsd: the last share of the budget (steps or max_time) over which the LR decays
     dropout_min_epochs: float = 0.0  # model.dropout only if the run will see this many epochs; 0 = always
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
-    eps: float = 1e-9
-    weight_decay: float = 0.0
-    label_smoothing: float = 0.1
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.98])  # AdamW's moment decay rates
+    eps: float = 1e-9  # AdamW's denominator term
+    weight_decay: float = 0.0  # AdamW's decoupled weight decay; 0 = off
+    label_smoothing: float = 0.1  # probability spread over the other tokens in the training loss
     ema_decay: float = 0.0  # evaluate and ship an exponential moving average of the weights; 0 = off
 
     def __post_init__(self) -> None:
