@@ -188,7 +188,7 @@ TABLE_HEADER = "| " + " | ".join(COLUMNS) + " |\n" + "|---" * len(COLUMNS) + "|"
 
 
 def row(result: dict, budget_name: str) -> str:
-    """One line of the README's study table."""
+    """One line of the lever tables of docs/results.md."""
     tokens, parallel = result["tokens_per_s"], result.get("parallel", 1)
     speed = "-" if tokens is None else f"{tokens:,.0f}" + (f" ({parallel} at once)" if parallel > 1 else "")
     cells = [

@@ -2,8 +2,9 @@
 measurement), so that each figure has one owner: the record the run wrote.
 
 A page holds a rendered table between ``<!-- records: TABLE -->`` and ``<!-- /records -->``; this
-script rewrites every such block of README.md and docs/*.md, ``--check`` says where a page and the
-records differ (exit 1), and ``record`` turns a finished run directory into a record.
+script rewrites every such block of README.md and docs/*.md and redraws the learning curves
+(``learning_curves.py``) when their records changed, ``--check`` says where a page or the picture and
+the records differ (exit 1), and ``record`` turns a finished run directory into a record.
 
     python bench/results_page.py                 # rewrite the blocks
     python bench/results_page.py --check         # exit 1 with the first difference
@@ -20,6 +21,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import learning_curves
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -85,13 +88,9 @@ def machine(record: dict[str, Any]) -> str:
     return "; ".join(part for part in (m.get("cpu"), m.get("class")) if part)
 
 
-def source(record: dict[str, Any]) -> str:
-    return f"`{record['commit'][:7]}`" if record.get("commit") else record["provenance"]
-
-
 def results_table(records: dict[str, dict[str, Any]], _: str | None) -> str:
     header = ["run", "machine", "model", "precision", "steps", "minutes", "tokens/s",
-              "val BLEU (greedy)", "test BLEU (beam 5)", "from"]  # fmt: skip
+              "val BLEU (greedy)", "test BLEU (beam 5)"]  # fmt: skip
     rows = []
     for record, _ in rows_of(records, "results"):
         missing = record.get("missing", NOT_MEASURED)
@@ -102,7 +101,7 @@ def results_table(records: dict[str, dict[str, Any]], _: str | None) -> str:
             f"`{record['name']}`", machine(record), record["model"], precision,
             number(record["steps"], missing), number(record["minutes"], missing),
             tokens_cell(record, missing), number(record["val_bleu"], missing),
-            test_cell(record, 5, missing), source(record),
+            test_cell(record, 5, missing),
         ])  # fmt: skip
     return markdown(header, rows)
 
@@ -160,11 +159,6 @@ def table_record(records: dict[str, dict[str, Any]], name: str) -> str:
     """A measurement kept as a table (kind "table"): its header and rows as written."""
     record = records[name]
     return markdown(record["header"], [[str(cell) for cell in row] for row in record["rows"]])
-
-
-def notes(records: dict[str, dict[str, Any]], table: str) -> str:
-    """The notes of the records in ``table``, one item each."""
-    return "".join(f"- `{r['name']}`: {r['notes']}\n" for r, _ in rows_of(records, table) if r.get("notes"))
 
 
 def lever_deltas(records: dict[str, dict[str, Any]], table: str) -> str:
@@ -234,7 +228,6 @@ TABLES: dict[str, Callable[[dict[str, dict[str, Any]], Any], str]] = {
     "levers-round3": levers_table,
     "curve": curve_table,
     "table": table_record,
-    "notes": notes,
     "deltas": lever_deltas,
     "stages": stages_table,
     "requirements": requirements_table,
@@ -277,6 +270,11 @@ def check(records: dict[str, dict[str, Any]], paths: list[Path]) -> str | None:
     return None
 
 
+def check_all(records: dict[str, dict[str, Any]]) -> str | None:
+    """The first difference of the pages, else a picture drawn from other records, or None."""
+    return check(records, pages()) or learning_curves.stale(records)
+
+
 def main(argv: list[str] | None = None) -> int:
     raw = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=raw)
@@ -302,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     records = load_records(args.records)
     if args.check:
-        if difference := check(records, pages()):
+        if difference := check_all(records):
             print(difference)
             return 1
         return 0
@@ -311,6 +309,9 @@ def main(argv: list[str] | None = None) -> int:
         if (new := rendered(text, records)) != text:
             path.write_text(new)
             print(f"rewrote {path.relative_to(ROOT)}")
+    if learning_curves.stale(records):
+        learning_curves.draw(records)
+        print(f"drew {learning_curves.PICTURE.relative_to(ROOT)}")
     return 0
 
 

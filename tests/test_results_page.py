@@ -15,12 +15,13 @@ from seq2seq.hardware import describe
 from seq2seq.training.run import train
 
 sys.path.insert(0, str(ROOT / "bench"))
+import learning_curves
 import results_page
 from run_record import cpu_class, precision_note
 
 
 def test_the_pages_show_what_the_records_give() -> None:
-    assert results_page.check(results_page.load_records(), results_page.pages()) is None
+    assert results_page.check_all(results_page.load_records()) is None
 
 
 def test_a_changed_record_is_a_difference_named_by_page_and_line(tmp_path: Path) -> None:
@@ -32,6 +33,26 @@ def test_a_changed_record_is_a_difference_named_by_page_and_line(tmp_path: Path)
     path.write_text(json.dumps(data))
     difference = results_page.check(results_page.load_records(records), results_page.pages())
     assert difference is not None and difference.startswith("README.md:") and "2,408" in difference
+
+
+def test_the_learning_curves_were_drawn_from_the_current_records() -> None:
+    assert learning_curves.stale(results_page.load_records()) is None
+    assert learning_curves.PICTURE.stat().st_size < 100_000  # small enough for the README
+
+
+def test_a_changed_record_makes_the_picture_stale_until_it_is_drawn_again(tmp_path: Path) -> None:
+    records = tmp_path / "records"
+    shutil.copytree(results_page.RECORDS, records)
+    path = records / "zen1-small-30min.json"
+    data = json.loads(path.read_text())
+    data["validations"][-1]["bleu"] += 1
+    path.write_text(json.dumps(data))
+    changed = results_page.load_records(records)
+    assert "learning-curves.png" in learning_curves.stale(changed)
+    picture = tmp_path / "curves.png"
+    learning_curves.draw(changed, picture)
+    assert learning_curves.stale(changed, picture) is None
+    assert learning_curves.stale(results_page.load_records(), picture) is not None
 
 
 def test_every_block_names_a_known_table_and_every_record_is_shown_or_kept_for_a_table() -> None:

@@ -1,0 +1,60 @@
+"""The pages speak of the project alone: README.md and docs/*.md name no issue, no commit, no machine
+by a letter, and do not say how the measuring machines were come by (CHANGELOG.md, which names
+versions, is not among them). The history of a measurement lives in its record's notes."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from compose import ROOT
+
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+FORBIDDEN = {
+    "an issue number": re.compile(r"(?<![\w&/])#\d+\b|\bissues? #?\d+\b|\bPR #?\d+\b", re.I),
+    "a commit hash": re.compile(r"\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b"),
+    "a machine letter": re.compile(
+        r"\b(?:on|of|at|from|machines?) [A-E]\b(?![\w'’.-])"  # "on E", "machine B"
+        r"|(?:^|[|;(]\s*)[A-E](?: \([^)]*\))?:\s"  # "| A: 1.21×", "; B: 0.62", "A (...): 2.9 s"
+        r"|\*\*[A-E]\*\*|\b[A-E] to [A-E]\b|\b[A-E]'s\b|\([A-E]\)",  # "**E**", "A to D", "B's", "(E)"
+        re.M,
+    ),
+    "how a machine was obtained": re.compile(r"\blent\b|\bdevice time\b", re.I),
+}
+
+
+def findings(text: str) -> list[str]:
+    """Each forbidden word of ``text``, with what it is and its line."""
+    found = []
+    for what, pattern in FORBIDDEN.items():
+        for match in pattern.finditer(text):
+            line = text.count("\n", 0, match.start()) + 1
+            found.append(f"{line}: {what}: {match.group(0).strip()!r}")
+    return found
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: page.name)
+def test_a_page_names_no_issue_commit_or_machine_letter(page: Path) -> None:
+    assert findings(page.read_text()) == [], page.name
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["small (since #27)", "issue 37's step", "the code at a2c4f28",
+     "at eec6170d5c9235e245214899ed51d0e9903c7de7", "measured on E, quiet", "| A: 1.21× / 1.24×; B: 1.38× |",
+     "machines A to D", "B's checkpoint", "**E**: an AMD EPYC", "AVX2 fp32 (E)",
+     "A (the 47.9-BLEU checkpoint): 2.9 s", "the GPUs lent to this project", "15 minutes of device time"],
+)  # fmt: skip
+def test_the_history_words_are_found(text: str) -> None:
+    assert findings(text), text
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["A TSV of another language pair", "the (B, T, V) logits", "torch 2.13.0+cpu", "runs/2026-11-26_00-24-40",
+     "results.md#lever-study", "AMD EPYC Zen 4 (AVX-512, AVX512-BF16, no AMX)", "fp32 and bf16, 8,000 types",
+     "`--to ctranslate2`", "A100 and H100 GPUs", "a 2-core CPU: 1.5x"],
+)  # fmt: skip
+def test_plain_words_pass(text: str) -> None:
+    assert findings(text) == [], text
