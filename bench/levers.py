@@ -146,7 +146,8 @@ def train_runs(runs: dict[Path, list[str]], parallel: int) -> None:
     """Train the runs ``parallel`` at a time, each on its share of the cores; a finished run writes
     ``trained.json``, so a run that was stopped is trained again from the start, a trained one never.
 
-    Two 1-thread trainings on 2 cores get through 1.33x the steps of one 2-thread training (README);
+    Two 1-thread trainings on 2 cores got through 1.33x the steps of one 2-thread training (no record
+    keeps that measurement);
     their tokens/s then stand for a shared machine, and the table says so.
     """
     pending = [(run_dir, overrides) for run_dir, overrides in runs.items() if not trained(run_dir)]
