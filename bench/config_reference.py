@@ -67,8 +67,11 @@ def field_comments(schema: type) -> dict[str, tuple[str, str]]:
         if token.type == tokenize.COMMENT
     }
     body = ast.parse(source).body[0].body  # the class statement's body
-    return {
-        node.target.id: (ast.unparse(node.annotation), comments.get(node.end_lineno, ""))
+    return {  # the comment may stand on any line of a field that a formatter wrapped
+        node.target.id: (
+            ast.unparse(node.annotation),
+            " ".join(comments[n] for n in range(node.lineno, node.end_lineno + 1) if n in comments),
+        )
         for node in body
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
     }
