@@ -7,13 +7,12 @@ import itertools
 import logging
 import math
 import re
-import time
 from pathlib import Path
 
 import pytest
-import pytorch_lightning as pl
 import torch
 from compose import tiny_run
+from step_clock import step_clock
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from seq2seq.config import ConfigError, ModelConfig, OptimConfig
@@ -21,7 +20,6 @@ from seq2seq.model import Transformer
 from seq2seq.model.attention import MultiHeadAttention
 from seq2seq.model.dropout import Dropout
 from seq2seq.training import budget
-from seq2seq.training import run as training
 from seq2seq.training.budget import (
     MEASURE_SECONDS,
     MEASURE_SHARE,
@@ -113,16 +111,6 @@ def test_dropout_needs_a_budget_of_enough_epochs(tmp_path, caplog, min_epochs, d
     assert line.startswith("budget: about 2.0 epochs") and dropout in line
 
 
-class SteadySteps(pl.Callback):
-    """Every step takes at least 0.4 s: the step rate measured early is the rate later on, however
-    busy the machine. The tiny model's own step took up to 0.5 s under load (another training on
-    both cores), so the slowest step stays within about 2x the fastest: with no wait a 4-second run
-    on a busy machine estimated 0.4x and 4x its steps, and with a 0.1 s wait still 3.2x."""
-
-    def on_train_batch_end(self, *args) -> None:
-        time.sleep(0.4)
-
-
 def test_the_step_rate_is_trusted_after_its_window_and_enough_steps() -> None:
     window = min(MEASURE_SECONDS, MEASURE_SHARE * 120)  # a 2-minute run: 6 seconds
     assert estimated_steps(3, 2, 8.0, 10.0, 110.0) is None  # a GPU's slow first steps alone
@@ -131,10 +119,10 @@ def test_the_step_rate_is_trusted_after_its_window_and_enough_steps() -> None:
 
 
 def test_a_time_limited_run_measures_its_step_rate_before_deciding(tmp_path, caplog, monkeypatch) -> None:
+    """Each step takes 0.4 s of a clock that the steps drive, on any machine: 15 steps in 6 s."""
     caplog.set_level(logging.INFO, logger="seq2seq.training.budget")
     monkeypatch.setattr(budget, "MEASURE_STEPS", 3)  # a 6-second run of 0.4-second steps makes few
-    build_trainer = training.build_trainer
-    monkeypatch.setattr(training, "build_trainer", lambda *args: _with(build_trainer(*args), SteadySteps()))
+    step_clock(monkeypatch, 0.4)
     overrides = (
         "trainer.max_time=00:00:00:06",
         "trainer.max_epochs=-1",
@@ -146,10 +134,6 @@ def test_a_time_limited_run_measures_its_step_rate_before_deciding(tmp_path, cap
     train(tiny_run(tmp_path / "run", tmp_path / "cache", *overrides))
     estimated_steps = float(re.search(r"\(([\d.]+) steps of", budget_line(caplog)).group(1))
     done = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", weights_only=True)
+    assert done["global_step"] == 15
     assert 0.3 < estimated_steps / done["global_step"] < 3  # the estimate is the right size
     assert "dropout off" in budget_line(caplog)
-
-
-def _with(trainer: pl.Trainer, callback: pl.Callback) -> pl.Trainer:
-    trainer.callbacks.append(callback)
-    return trainer

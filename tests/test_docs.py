@@ -98,6 +98,7 @@ def paragraph_of(lines: list[str], index: int) -> str:
 
 def segments(line: str) -> Iterator[list[str]]:
     """The simple commands of a shell line, split at ``&&``, ``|`` and ``;``, without redirections."""
+    line = re.sub(r"\s\d*>&\d+", " ", line)  # descriptor copies (2>&1) name no file
     lexer = shlex.shlex(PLACEHOLDER.sub("x", line), posix=True, punctuation_chars=True)
     lexer.whitespace_split, lexer.commenters = True, "#"
     try:

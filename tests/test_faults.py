@@ -101,6 +101,14 @@ def _wait_for(path: Path, process: subprocess.Popen, timeout: float = 120) -> No
         time.sleep(0.05)
 
 
+def _wait_for_text(path: Path, text: str, process: subprocess.Popen, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in path.read_text():
+        assert process.poll() is None, process.communicate()[1][-2000:]
+        assert time.monotonic() < deadline, f"{text!r} never appeared in {path}"
+        time.sleep(0.05)
+
+
 @pytest.mark.slow
 def test_kill_9_then_resume_finishes_with_the_same_step_count(tmp_path):
     process = _start_training(tmp_path, "trainer.max_epochs=6")
@@ -121,10 +129,16 @@ def test_kill_9_then_resume_finishes_with_the_same_step_count(tmp_path):
 
 @pytest.mark.slow
 def test_ctrl_c_saves_a_resumable_checkpoint(tmp_path):
-    process = _start_training(tmp_path, "trainer.max_epochs=50", "callbacks.checkpoint_every_n_steps=0")
-    log_dir = tmp_path / "run" / "tensorboard"
-    _wait_for(log_dir, process)
-    time.sleep(3.0)
+    """A run with no limit, so only the Ctrl-C can stop it, sent once it has trained a few steps."""
+    process = _start_training(
+        tmp_path,
+        "trainer.max_epochs=-1",
+        "callbacks.checkpoint_every_n_steps=0",
+        "callbacks.progress_every_n_steps=3",
+    )
+    train_log = tmp_path / "run" / "train.log"
+    _wait_for(train_log, process)
+    _wait_for_text(train_log, "] - step 3 |", process)
     os.kill(process.pid, signal.SIGINT)
     out, err = process.communicate(timeout=120)
     last = tmp_path / "run" / "checkpoints" / "last.ckpt"

@@ -1,13 +1,14 @@
 """The precision rule with faked CPU flags, probe results and GPU capabilities, and its use in training."""
 
+import itertools
 import math
 import os
 import re
 import subprocess
 import sys
-import time
 from dataclasses import asdict
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import pytorch_lightning as pl
@@ -127,11 +128,26 @@ def test_describe_names_cpu_flags_threads_torch_and_gpu():
     assert describe(machine()).endswith("gpu none")
 
 
-def test_probe_measures_a_speedup_within_its_budget():
-    started = time.perf_counter()
+def test_probe_measures_a_speedup():
     speedup = bf16_speedup(TINY, budget_s=0.5)
     assert math.isfinite(speedup) and speedup > 0
-    assert time.perf_counter() - started < 3.0  # the budget, plus the warm-up pair on a loaded machine
+
+
+def test_probe_stops_before_its_budget_however_long_a_step_takes(monkeypatch):
+    """A clock that moves 0.1 s at each reading: every step takes 0.2 s of it, on any machine."""
+    readings = itertools.count(0.0, 0.1)
+    monkeypatch.setattr(hardware, "time", SimpleNamespace(perf_counter=lambda: next(readings)))
+    measured = {}
+
+    def speedup_of(fp32: list[float], bf16: list[float]) -> float:
+        measured.update(fp32=fp32, bf16=bf16)
+        return 1.0
+
+    monkeypatch.setattr(hardware, "speedup_of", speedup_of)
+    bf16_speedup(TINY, budget_s=1.6)
+    # The warm-up pair ends at 0.4 s, two more pairs at 1.4 s; a third would end at 1.8 s, past 1.6.
+    assert len(measured["fp32"]) == len(measured["bf16"]) == 2  # past the warm-up
+    assert next(readings) <= 1.6 + 0.1  # the reading after the last one the probe took
 
 
 def test_probe_reads_the_machine_through_a_busy_neighbour():

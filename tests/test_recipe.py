@@ -4,6 +4,7 @@ schedule and validation cadence as Lightning will run them (checked on a CPU).""
 
 from __future__ import annotations
 
+import logging
 import re
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import pytorch_lightning as pl
 import torch
 from compose import CONFIGS, ROOT, compose_train, tiny_run
 from omegaconf import OmegaConf
+from step_clock import step_clock
 
 from seq2seq.config import CallbacksConfig, ConfigError, OptimConfig, validated
 from seq2seq.training.overrides import check_overrides, hydra_args
@@ -181,15 +183,20 @@ def test_the_gpu_recipe_decays_with_its_time_budget_and_validates_on_the_clock()
     assert trainer._val_check_time_interval == 90.0  # seconds between validations, not epochs
 
 
-def test_a_run_validating_on_the_clock_trains_with_early_stopping_on(tmp_path: Path) -> None:
+def test_a_run_validating_on_the_clock_trains_with_early_stopping_on(tmp_path, caplog, monkeypatch) -> None:
     """The GPU recipe validates on the clock with early stopping at its default patience; that pair
-    once died in Lightning's EarlyStopping setup. Here on a CPU, a one-second clock so it validates."""
+    once died in Lightning's EarlyStopping setup. Here on a CPU, with a clock that the steps drive
+    (a second a step) and a validation every 3 seconds: every third step, on any machine."""
     gpu = compose_train("experiment=spa_en_gpu").trainer
     assert isinstance(gpu.val_check_interval, str) and gpu.check_val_every_n_epoch is None
+    caplog.set_level(logging.INFO, logger="seq2seq.training.progress_log")
+    step_clock(monkeypatch, 1.0)
     patience = CallbacksConfig.early_stopping_patience
     cfg = tiny_run(
-        tmp_path / "run", tmp_path / "cache", "trainer.val_check_interval=00:00:00:01",
+        tmp_path / "run", tmp_path / "cache", "trainer.val_check_interval=00:00:00:03",
         "trainer.check_val_every_n_epoch=null", f"callbacks.early_stopping_patience={patience}",
     )  # fmt: skip
     train(cfg)
+    steps = [int(step) for step in re.findall(r"validation at step (\d+):", caplog.text)]
+    assert steps[:3] == [3, 6, 9] and all(step % 3 == 0 for step in steps[:-1]), steps
     assert (tmp_path / "run" / "checkpoints" / "best.ckpt").is_file()  # validated, checkpointed by val/bleu

@@ -94,7 +94,7 @@ def test_a_signal_lets_the_request_in_flight_finish_then_exits_zero(
     checkpoint, translator, tmp_path, sig
 ) -> None:
     texts = ["How are you?", "I like coffee."]
-    server = start_server(checkpoint, tmp_path / "server.log", "--max-wait-ms", "1500")  # requests linger
+    server = start_server(checkpoint, tmp_path / "server.log", "--max-wait-ms", "5000")  # requests linger
     try:
         assert "0.05 M parameters" in server.banner and f"step {STEP}, val BLEU {BLEU}" in server.banner
         with ThreadPoolExecutor(max_workers=1) as pool:

@@ -111,8 +111,14 @@ def test_32_concurrent_requests_share_model_calls_and_equal_the_translator(check
             body = {"text": texts, "beam": beam, "nbest": nbest, "max_len": max_len}
             return client.post("/translate", json={k: v for k, v in body.items() if v is not None})
 
+        batcher = client.app.state.service.batcher
+        release = threading.Event()
+        wait_until(batcher.call(release.wait).running)  # the worker is busy until all 32 wait
         with ThreadPoolExecutor(max_workers=32) as pool:
-            responses = list(pool.map(send, jobs))
+            pending = pool.map(send, jobs)
+            wait_until(lambda: batcher.depth == 32)  # however fast or slow the machine
+            release.set()
+            responses = list(pending)
         for response, want in zip(responses, wanted, strict=True):
             assert_same(answered(response), want)
         calls, served = batch_stats(client)

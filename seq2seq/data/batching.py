@@ -26,6 +26,10 @@ class Batch(NamedTuple):
     tgt_in: torch.Tensor
     tgt_out: torch.Tensor
 
+    def real_tokens(self) -> int:
+        """Source and target tokens that are not padding: what tokens/s counts."""
+        return int((self.src != PAD_ID).sum() + (self.tgt_out != PAD_ID).sum())
+
 
 def pair_lengths(src_len: np.ndarray, tgt_len: np.ndarray) -> np.ndarray:
     """Padded cost of one pair: the source gets EOS, the target BOS or EOS, shape (N,)."""

@@ -89,8 +89,7 @@ class Budget(pl.Callback):
     """Before each step, puts the share of the budget spent once it is done into
     ``pl_module.progress``; the LR scheduler, stepped right after it, reads it for the next step.
     Once the step rate is known, estimates the epochs the run will see and keeps dropout off below
-    ``dropout_min_epochs``; the decision is logged and kept across resumes. A run that ends at
-    ``max_steps`` mid-epoch is validated at its end, as Lightning does at ``max_time``. Under DDP,
+    ``dropout_min_epochs``; the decision is logged and kept across resumes. Under DDP,
     rank 0's progress and step-rate measurement are broadcast, so every rank schedules alike.
     """
 
@@ -115,8 +114,6 @@ class Budget(pl.Callback):
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        if 0 < trainer.max_steps <= trainer.global_step:
-            trainer.should_stop = True  # so that, as at the time limit, the last step gets validated
         if self.dropout_min_epochs <= 0 or self.epochs is not None:
             return
         now, step = time.monotonic(), trainer.global_step

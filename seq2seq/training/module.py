@@ -136,8 +136,7 @@ class TranslationModule(pl.LightningModule):
                 )
             log.warning("skipping batch %d: non-finite loss at step %d", batch_idx, self.global_step)
             return None
-        pad_id = self.model.pad_id
-        tokens = int((batch.src != pad_id).sum() + (batch.tgt_out != pad_id).sum())
+        tokens = batch.real_tokens()
         now = time.perf_counter()
         elapsed, self._step_started = now - self._step_started, now
         self.log("train/tokens_per_s", tokens / max(elapsed, 1e-6), prog_bar=True, on_step=True, batch_size=1)

@@ -27,9 +27,11 @@ from seq2seq.data.resume import BatchOrder
 from seq2seq.hardware import compile_blocker, describe, device_type, resolve_precision
 from seq2seq.training.budget import Budget
 from seq2seq.training.callbacks import AtomicCheckpointIO, InterruptBetweenBatches, SaveLast
+from seq2seq.training.final_validation import ValidateAtTheEnd
 from seq2seq.training.global_batch import GlobalBatch
 from seq2seq.training.module import TranslationModule
 from seq2seq.training.monitoring import TensorBoardPanels
+from seq2seq.training.progress_log import ProgressLog
 from seq2seq.training.time_shares import TimeShares
 
 log = logging.getLogger(__name__)
@@ -110,6 +112,7 @@ def build_trainer(
         Budget(optim_cfg.dropout_min_epochs),
         TimeShares(),
         GlobalBatch(int(cfg.data.max_tokens)),
+        ProgressLog(callbacks_cfg.progress_every_n_steps, callbacks_cfg.progress_every_s),
     ]
     if callbacks_cfg.early_stopping_patience:
         # Checked after each validation, which is when val/bleu changes. Left to itself, Lightning
@@ -129,7 +132,7 @@ def build_trainer(
         callbacks.append(TensorBoardPanels(logger_cfg.samples, logger_cfg.attention_images))
     trainer_kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
     try:
-        return pl.Trainer(
+        trainer = pl.Trainer(
             **trainer_kwargs,
             default_root_dir=str(run_dir),
             callbacks=callbacks,
@@ -140,6 +143,8 @@ def build_trainer(
         )
     except (TypeError, ValueError) as err:  # unknown or invalid trainer.* option
         raise ConfigError(f"trainer: {err}") from err
+    trainer.callbacks.append(ValidateAtTheEnd())  # after the Timer that max_time adds: see its docstring
+    return trainer
 
 
 def train(cfg: DictConfig) -> dict[str, float]:

@@ -1,0 +1,92 @@
+"""Training writes plain progress lines, every so many steps or seconds and at each validation,
+to the log and, where no progress bar is drawn on a terminal, to the console."""
+
+from __future__ import annotations
+
+import logging
+import re
+import subprocess
+import sys
+
+import pytest
+from compose import ROOT, tiny_run
+from step_clock import step_clock
+
+from seq2seq.training.progress_log import TO_CONSOLE, ConsoleFilter, clock_time
+from seq2seq.training.run import train
+
+STEP_LINE = re.compile(
+    r"step (\d+) \| epoch \d+ \| loss [\d.]+ \| lr [\d.e+-]+ \| \d+ tokens/s"
+    r" \| elapsed \d+:\d\d:\d\d \| left \S+"
+)
+
+
+def progress_steps(text: str) -> list[int]:
+    return [int(step) for step in STEP_LINE.findall(text)]
+
+
+@pytest.mark.parametrize(
+    ("every", "expected"),
+    [
+        (("callbacks.progress_every_n_steps=4", "callbacks.progress_every_s=0"), [4, 8, 12]),
+        (("callbacks.progress_every_n_steps=0", "callbacks.progress_every_s=6"), [3, 6, 9, 12]),  # 2 s a step
+        (
+            ("callbacks.progress_every_n_steps=4", "callbacks.progress_every_s=6"),
+            [3, 6, 9, 12],
+        ),  # whichever first
+    ],
+    ids=["steps", "seconds", "first"],
+)
+def test_a_line_every_n_steps_or_seconds(tmp_path, caplog, monkeypatch, every, expected) -> None:
+    caplog.set_level(logging.INFO, logger="seq2seq.training.progress_log")
+    step_clock(monkeypatch, 2.0)
+    train(tiny_run(tmp_path / "run", tmp_path / "cache", "trainer.max_steps=12", *every))
+    assert progress_steps(caplog.text) == expected
+    assert "left 0:00:" in caplog.text  # a step budget: the time left is known
+
+
+def test_each_validation_says_its_scores_and_whether_it_is_the_best(tmp_path, caplog) -> None:
+    caplog.set_level(logging.INFO, logger="seq2seq.training.progress_log")
+    train(tiny_run(tmp_path / "run", tmp_path / "cache", "callbacks.progress_every_n_steps=0"))
+    lines = re.findall(r"validation at step \d+: BLEU [\d.]+, chrF [\d.]+, (.*)", caplog.text)
+    assert len(lines) == 2 and lines[0] == "the best so far"  # tiny: two epochs, one validation each
+    assert lines[1] == "the best so far" or lines[1].startswith("best ")
+    assert not progress_steps(caplog.text)
+
+
+def test_progress_lines_stay_off_only_a_console_marked_for_the_bar() -> None:
+    def record(**extra: bool) -> logging.LogRecord:
+        line = logging.LogRecord("seq2seq", logging.INFO, __file__, 1, "step 5", None, None)
+        line.__dict__.update(extra)
+        return line
+
+    assert ConsoleFilter().filter(record()) and ConsoleFilter().filter(record(**{TO_CONSOLE: True}))
+    assert not ConsoleFilter().filter(record(**{TO_CONSOLE: False}))
+    assert clock_time(3725.9) == "1:02:05"
+
+
+def test_train_py_writing_to_a_file_shows_progress_and_validations_as_it_trains(tmp_path) -> None:
+    """``python train.py > log.txt``: stdout is no terminal, so the lines reach it, plain, one a line."""
+    log_file = tmp_path / "log.txt"
+    with log_file.open("w") as out:
+        result = subprocess.run(
+            [
+                sys.executable,
+                "train.py",
+                "experiment=tiny",
+                "trainer.max_epochs=1",
+                "callbacks.progress_every_n_steps=5",
+                "callbacks.progress_bar=true",
+                f"hydra.run.dir={tmp_path / 'run'}",
+                f"data.cache_dir={tmp_path / 'cache'}",
+            ],
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            timeout=300,
+        )
+    text = log_file.read_text()
+    assert result.returncode == 0, text[-3000:]
+    assert progress_steps(text)[:2] == [5, 10]
+    assert re.search(r"\]\[seq2seq\.training\.progress_log\]\[INFO\] - validation at step \d+: BLEU", text)
+    assert progress_steps((tmp_path / "run" / "train.log").read_text()) == progress_steps(text)
