@@ -232,9 +232,7 @@ class CallbacksConfig:
     checkpoint_every_n_steps: int = 500  # also refresh last.ckpt this often (kill -9 recovery); 0 = off
     early_stopping_patience: int = 5  # validations without a better val/bleu before stopping; 0 = off
     progress_bar: bool = True  # rich progress bar with loss and tokens/s
-    progress_every_n_steps: int = (
-        500  # a plain progress line in train.log (and a console without the bar) this often; 0 = off
-    )
+    progress_every_n_steps: int = 500  # a plain progress line in the log this often; 0 = off
     progress_every_s: float = 60.0  # ...or after this many seconds, whichever comes first; 0 = off
 
     def __post_init__(self) -> None:
