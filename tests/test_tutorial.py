@@ -3,8 +3,10 @@ directory whose ``data/spa-eng/spa.txt.gz`` is the 300-pair fixture.
 
 Two changes make a minute of the hour the page takes: a command that reads the corpus gets
 ``experiment=tiny`` (two epochs of the tiny model, small held-out splits and vocabulary) and a
-cache directory of its own. The servers (TensorBoard, ``serve.py``) run in the background on free
-ports, which the commands that query them use instead of the default ones.
+cache directory of its own. Training also logs a progress line every 5 steps and decides on
+dropout by its budget, so that its log holds every kind of line the page shows. The servers
+(TensorBoard, ``serve.py``) run in the background on free ports, which the commands that query
+them use instead of the default ones.
 """
 
 from __future__ import annotations
@@ -41,6 +43,14 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def shown_log_kinds() -> list[str]:
+    """What each log line shown under "2. Train" is (``step``, ``validation at step``...): its
+    words up to the first figure or colon."""
+    section = PAGE.read_text().split("## 2. Train", 1)[1].split("\n## ", 1)[0]
+    block = section.split("```text\n", 1)[1].split("```", 1)[0]
+    return [re.match(r"[a-z ]+", line).group().strip() for line in block.splitlines()]
+
+
 def server_of(line: str) -> str | None:
     """Which server ``line`` starts, if it starts one."""
     return next((server for server in READY if re.search(rf"(^|[\s/]){re.escape(server)}\b", line)), None)
@@ -52,6 +62,8 @@ def adapted(line: str, cache: Path, ports: dict[str, int]) -> str:
     line = re.sub(r"\b(train|translate|serve)\.py\b", lambda m: str(ROOT / m.group(0)), line)
     if "train.py" in line or "seq2seq.data.inspect" in line:
         line += f" experiment=tiny data.cache_dir={cache}"
+    if "train.py" in line:
+        line += " callbacks.progress_every_n_steps=5 optim.dropout_min_epochs=10"
     if server:
         line += f" --port {ports[server]}"
     return line.replace(f"127.0.0.1:{SERVE_PORT}", f"127.0.0.1:{ports['serve.py']}")
@@ -108,6 +120,10 @@ def test_every_command_of_the_tutorial_runs(tmp_path: Path) -> None:
         for process in servers:
             process.terminate()
             process.wait(timeout=60)
+    messages = [
+        line.split("] - ", 1)[-1] for line in (tmp_path / "runs/es-en/train.log").read_text().splitlines()
+    ]
+    assert not [kind for kind in shown_log_kinds() if not any(m.startswith(kind) for m in messages)]
     answer = next(json.loads(out) for line, out in outputs.items() if line.startswith("curl"))
     assert len(answer["translations"]) == 2
     assert len((tmp_path / "mine.en").read_text().splitlines()) == 2
