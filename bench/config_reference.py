@@ -58,6 +58,11 @@ def code(text: str) -> str:
     return "`" + text.replace("|", "\\|") + "`"
 
 
+def prose(text: str) -> str:
+    """``text`` as a table cell: a pipe would end the cell, and ``<run>`` would be read as HTML."""
+    return text.replace("|", "\\|").replace("<", "&lt;")
+
+
 def field_comments(schema: type) -> dict[str, tuple[str, str]]:
     """(annotation as written, the trailing comment) of each field of a dataclass schema."""
     source = inspect.getsource(schema)
@@ -84,7 +89,9 @@ def schema_rows(schema: type, prefix: str, names: list[str]) -> list[list[str]]:
     rows = []
     for name in names:
         kind, meaning = documented[name]
-        rows.append([code(prefix + name), code(kind), code(yaml_value(getattr(defaults, name))), meaning])
+        rows.append(
+            [code(prefix + name), code(kind), code(yaml_value(getattr(defaults, name))), prose(meaning)]
+        )
     return rows
 
 
@@ -110,7 +117,7 @@ def trainer_rows() -> list[list[str]]:
         if match := re.fullmatch(r"(\w+):\s*(.*?)\s*(?:#\s*(.*))?", line):
             name, value, meaning = match.groups()
             kind = lightning_type(parameters[name].annotation)
-            rows.append([code(f"trainer.{name}"), code(kind), code(value), meaning or ""])
+            rows.append([code(f"trainer.{name}"), code(kind), code(value), prose(meaning or "")])
     return rows
 
 
@@ -203,7 +210,7 @@ def options_block() -> str:
         for path in sorted((CONFIGS / group).glob("*.yaml")):
             mark = marks.get((group, path.stem)) or ("default" if chosen.get(group) == path.stem else "")
             option = code(f"{group}={path.stem}") + (f" ({mark})" if mark else "")
-            rows.append([option, leading_comment(path), what_it_sets(path)])
+            rows.append([option, prose(leading_comment(path)), what_it_sets(path)])
     return markdown(["option", "what it is", "what it sets"], rows)
 
 
