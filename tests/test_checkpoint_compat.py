@@ -3,7 +3,11 @@
 ``fixtures/checkpoint-<version>.ckpt`` was written by that version: the tiny model of
 ``trained.py`` at d_model 16, one layer each side, trained until it knew the first
 :data:`LEARNT` pairs of ``fixtures/tiny.tsv`` by heart, so that it gives their references
-exactly and no near-tie between two tokens can turn a later version's output.
+exactly and no near-tie between two tokens can turn a later version's output. 0.1.0's came from
+``train_tiny_checkpoint(directory, steps=300, batch_size=20, pairs=20, d_model=16, d_ff=32,
+n_encoder_layers=1, n_decoder_layers=1)``, with its global step (300) added and the data config's
+``path`` and ``cache_dir`` set to ``tests/fixtures/tiny.tsv`` and the default, so that the file
+names no directory of the machine that wrote it.
 """
 
 from __future__ import annotations
