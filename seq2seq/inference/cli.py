@@ -162,18 +162,12 @@ def _check(args: argparse.Namespace) -> None:
 
 def decode_settings(cfg: DecodeConfig, args: argparse.Namespace) -> DecodeConfig:
     """The checkpoint's decoding config with the command-line overrides applied."""
-    changes: dict = {"nbest": args.nbest or 1}
-    if args.greedy or args.sample:
-        changes["beam_size"] = 1
-    if args.beam:
-        changes["beam_size"] = args.beam
-    if args.sample:
-        changes.update(
-            sampling=True, temperature=args.temperature or 1.0, top_k=args.top_k or 0, top_p=args.top_p or 1.0
-        )
-    if args.max_len:
-        changes.update(max_len_a=0.0, max_len_b=args.max_len)
-    return replace(cfg, **changes)
+    beam = args.beam or (1 if args.greedy or args.sample else None)
+    settings = cfg.overridden(beam, args.nbest or 1, args.max_len)
+    if not args.sample:
+        return settings
+    sampling = {"temperature": args.temperature or 1.0, "top_k": args.top_k or 0, "top_p": args.top_p or 1.0}
+    return replace(settings, sampling=True, **sampling)
 
 
 @contextlib.contextmanager

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from itertools import islice
 
 import numpy as np
@@ -91,13 +91,11 @@ class TranslatorBase(ABC):
         """Engine and number type, e.g. "PyTorch bfloat16 autocast": reports that compare two decoders
         state it for each side, since bf16 rounding alone can change a near-tie's output."""
 
-    def settings(self, beam: int | None = None, nbest: int | None = None) -> DecodeConfig:
-        """The decoding config with ``beam``/``nbest`` overridden (nbest is capped by a smaller beam)."""
-        if beam is None and nbest is None:
-            return self.decode_cfg
-        beam = self.decode_cfg.beam_size if beam is None else beam
-        nbest = min(self.decode_cfg.nbest, beam) if nbest is None else nbest
-        return replace(self.decode_cfg, beam_size=beam, nbest=nbest)
+    def settings(
+        self, beam: int | None = None, nbest: int | None = None, max_len: int | None = None
+    ) -> DecodeConfig:
+        """The decoding config with these overrides (:meth:`DecodeConfig.overridden`)."""
+        return self.decode_cfg.overridden(beam, nbest, max_len)
 
     def encode(self, texts: list[str]) -> list[list[int]]:
         """Source ids + EOS per text, cut to the model's max positions; [] for a blank text."""

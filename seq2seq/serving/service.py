@@ -10,12 +10,12 @@ checkpoint's PyTorch model shows its attention.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 
 from torch import Tensor
 
 from seq2seq.checkpoint import ModelFacts
-from seq2seq.config import DecodeConfig
+from seq2seq.config import ConfigError, DecodeConfig
 from seq2seq.inference.attention_views import AttentionKind, translate_with_attention
 from seq2seq.inference.translator import TranslatorBase
 from seq2seq.serving.batcher import DynamicBatcher
@@ -62,17 +62,16 @@ class TranslationService:
 
     def settings(self, beam: int | None, nbest: int | None, max_len: int | None) -> DecodeConfig:
         """The checkpoint's decoding settings with the request's overrides, or an InputError."""
-        default = self.translator.decode_cfg
-        beam = beam or default.beam_size
-        if nbest is not None and nbest > beam:
-            raise InputError(422, f"nbest ({nbest}) must be <= beam ({beam})")
+        try:
+            settings = self.translator.settings(beam, nbest, max_len)
+        except ConfigError as err:
+            raise InputError(422, str(err)) from err
         max_positions = self.facts.model_config.max_positions
         if max_len is not None and max_len > max_positions:
             raise InputError(
                 422, f"max_len ({max_len}) must be <= the model's max_positions ({max_positions})"
             )
-        settings = self.translator.settings(beam=beam, nbest=nbest)
-        return settings if max_len is None else replace(settings, max_len_a=0.0, max_len_b=max_len)
+        return settings
 
     def check_lengths(self, texts: list[str]) -> None:
         limit = self.limits.max_input_chars
