@@ -1,12 +1,12 @@
 """Batched beam search with per-sentence early finishing.
 
-Each step scores every one-token extension of the live beams of every active sentence,
-keeps the 2K best (:func:`_expand`), moves EOS-ending ones into the finished list
-(:func:`_finish_eos`), keeps the K best others as the new beams (:func:`_prune`) and drops
-sentences that are done (:func:`_done`) from the batch and the cache. A sentence is done when
-no live beam can still enter its n-best, or at its length limit. (Stopping once K hypotheses
-have finished, fairseq's shortcut, returns poor early finishers of a confident model while its
-best beam is still mid-sentence.)
+Each step takes each live beam's 2K best one-token extensions and merges them into the 2K best of
+each sentence (:func:`_expand`; exact, since a sentence's 2K best are among its beams' own 2K
+best), moves EOS-ending ones into the finished list (:func:`_finish_eos`), keeps the K best others
+as the new beams (:func:`_prune`) and drops sentences that are done (:func:`_done`) from the batch
+and the cache. A sentence is done when no live beam can still enter its n-best, or at its length
+limit. (Stopping once K hypotheses have finished, fairseq's shortcut, returns poor early
+finishers of a confident model while its best beam is still mid-sentence.)
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from seq2seq.config import DecodeConfig
-from seq2seq.decoding.steps import CachedSteps, Hypothesis, length_penalty, next_log_probs, output_limits
+from seq2seq.decoding.steps import CachedSteps, Hypothesis, length_penalty, output_limits, top_log_probs
 from seq2seq.model import Transformer
 
 
@@ -59,17 +59,19 @@ class _Beams:
         return kept, beam_rows
 
 
-def _expand(scores: Tensor, logprobs: Tensor, beam_size: int) -> _Candidates:
-    """Score every one-token extension of every live beam and keep the 2K best per sentence.
+def _expand(scores: Tensor, top: tuple[Tensor, Tensor], beam_size: int) -> _Candidates:
+    """Merge the live beams' best extensions into the 2K best of each sentence.
 
-    scores: (n, L) with L live beams (1 at the first step, then K), logprobs: (n·L, V).
+    scores: (n, L) with L live beams (1 at the first step, then K); top: each beam row's best
+    log-probabilities and their tokens, (n·L, W) each, W = 2K (or the vocabulary, if smaller).
     Each beam has one EOS extension, so 2K candidates always hold >= K non-EOS ones.
     """
     n, live = scores.shape
-    vocab = logprobs.size(-1)
-    total = logprobs.add_(scores.view(-1, 1)).view(n, live * vocab)  # (n, L·V), in place: it is large
-    top, flat = total.topk(min(2 * beam_size, live * vocab), dim=1)  # (n, 2K)
-    return _Candidates(top, flat // vocab, flat % vocab)
+    values, tokens = top
+    width = values.size(1)
+    total = (values + scores.view(-1, 1)).view(n, live * width)  # (n, L·W)
+    best, flat = total.topk(min(2 * beam_size, live * width), dim=1)  # (n, 2K)
+    return _Candidates(best, flat // width, tokens.view(n, live * width).gather(1, flat))
 
 
 def _record_finished(
@@ -149,18 +151,18 @@ def beam_search(model: Transformer, src: Tensor, cfg: DecodeConfig) -> list[list
     finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
     last = torch.full((batch,), model.bos_id, dtype=torch.long, device=device)
     for t in range(int(beams.limits.max())):
-        cand = _expand(beams.scores, next_log_probs(steps(last), t, cfg, model.special_ids), k)
+        top = top_log_probs(steps(last), t, cfg, model.special_ids, 2 * k)
+        cand = _expand(beams.scores, top, k)
         _finish_eos(finished, beams, cand, t, cfg, model.eos_id)
         beams, parents = _prune(beams, cand, k, model.eos_id)
         active = ~(_finish_at_limit(finished, beams, t, cfg) | _done(beams, cfg))
         if not active.any():
             break
-        if t > 0 and active.all():
-            steps.reorder_beams(parents)  # beams moved within their own sentence only
-        else:
-            # first step: each sentence's row becomes K (cross-attention K/V copied, not recomputed);
-            # later: follow the beams and drop finished sentences in one gather
-            beams, beam_rows = beams.keep(active.nonzero().squeeze(1))
-            steps.select(parents[beam_rows])
+        keep = None  # every sentence stays: beams move within their own sentence only
+        if not active.all():  # drop the finished sentences, cache rows included, in the same gather
+            keep = active.nonzero().squeeze(1)
+            beams, beam_rows = beams.keep(keep)
+            parents = parents[beam_rows]
+        steps.reorder(parents, keep, k)  # after the first step each sentence has K rows
         last = beams.tokens[:, -1]
     return [sorted(hypotheses, key=lambda h: h.score, reverse=True)[: cfg.nbest] for hypotheses in finished]

@@ -8,7 +8,7 @@ where len counts the emitted tokens including EOS.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from itertools import groupby
 
 import torch
@@ -59,13 +59,13 @@ class CachedSteps:
         return logits
 
     def select(self, index: Tensor) -> None:
-        """Keep/reorder rows: follow beams, drop finished sentences."""
+        """Keep/reorder the sentences of a one-row-per-sentence search (greedy): drop finished ones."""
         self.cache = self.cache.index_select(index)
 
-    def reorder_beams(self, index: Tensor) -> None:
-        """Reorder rows only among the beams of each sentence (their cross-attention K/V stay)."""
-        layers = [layer.reorder_self_attention(index) for layer in self.cache.layers]
-        self.cache = replace(self.cache, layers=layers)
+    def reorder(self, rows: Tensor, sentences: Tensor | None = None, beams: int | None = None) -> None:
+        """Beam rows follow their parents (n'·beams,); the sentences at ``sentences`` (n',) stay when
+        given, else all. See :meth:`~seq2seq.model.transformer.DecoderCache.reorder`."""
+        self.cache = self.cache.reorder(rows, sentences, beams)
 
 
 class FullSteps:
@@ -89,9 +89,21 @@ class FullSteps:
 def next_log_probs(logits: Tensor, step: int, cfg: DecodeConfig, special: SpecialIds) -> Tensor:
     """Log-softmax over the vocabulary with tokens that may not come next at -inf. (N, V) -> (N, V).
 
-    PAD and BOS never appear in an output; EOS is forbidden before ``cfg.min_len`` tokens.
+    PAD and BOS never appear in an output; EOS is forbidden before ``cfg.min_len`` tokens. Float32
+    logits are normalised in place: they are large and used once.
     """
-    logprobs = logits.float().log_softmax(dim=-1)
+    if logits.dtype == torch.float32:
+        logprobs = torch.log_softmax(logits, dim=-1, out=logits)
+    else:
+        logprobs = logits.log_softmax(dim=-1, dtype=torch.float32)
     banned = [special.pad, special.bos] if step >= cfg.min_len else [special.pad, special.bos, special.eos]
     logprobs[:, banned] = float("-inf")
     return logprobs
+
+
+def top_log_probs(
+    logits: Tensor, step: int, cfg: DecodeConfig, special: SpecialIds, k: int
+) -> tuple[Tensor, Tensor]:
+    """Each row's ``k`` best next tokens (of :func:`next_log_probs`) and their log-probabilities,
+    best first. (N, V) -> values (N, k), tokens (N, k)."""
+    return next_log_probs(logits, step, cfg, special).topk(min(k, logits.size(-1)), dim=-1)

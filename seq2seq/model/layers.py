@@ -107,36 +107,38 @@ class LayerCache:
 
     The self-attention buffers hold ``capacity`` positions filled in place, so a step writes one
     slot instead of re-allocating and copying every earlier key/value (``torch.cat``); only the
-    first ``length`` positions are valid. A full buffer doubles. Caches are for inference: the
-    row selection below writes into preallocated buffers, which autograd does not follow.
+    first ``length`` positions are valid. A full buffer doubles. The cross-attention K/V are kept
+    once per sentence, however many beam rows it has. A row selection writes into ``spare``, the
+    buffers the previous one read from, so reordering beams allocates nothing. Caches are for
+    inference: those writes into preallocated buffers are not followed by autograd.
     """
 
-    self_k: Tensor  # (B, H, capacity, D/H)
-    self_v: Tensor  # (B, H, capacity, D/H)
-    cross_k: Tensor  # (B, H, S, D/H)
-    cross_v: Tensor  # (B, H, S, D/H)
+    self_k: Tensor  # (N, H, capacity, D/H), one row per beam
+    self_v: Tensor  # (N, H, capacity, D/H)
+    cross_k: Tensor  # (n, H, S, D/H), one row per sentence
+    cross_v: Tensor  # (n, H, S, D/H)
     length: int = 0  # valid self-attention positions
+    spare: tuple[Tensor, Tensor] | None = None  # where the next row selection writes
 
-    def index_select(self, index: Tensor) -> LayerCache:
-        """Keep/reorder batch rows, e.g. to drop finished sentences (or to branch each into beams)."""
-        cross_kv = (t.index_select(0, index) for t in (self.cross_k, self.cross_v))
-        return LayerCache(*self._self_kv_rows(index), *cross_kv, self.length)
+    def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> LayerCache:
+        """Self-attention rows at ``rows`` (N',); the sentences' cross-attention K/V at ``sentences``
+        (n',) when given, else unchanged (beams moved within their own sentence)."""
+        cross = (self.cross_k, self.cross_v)
+        if sentences is not None:
+            cross = tuple(t.index_select(0, sentences) for t in cross)
+        return LayerCache(*self._self_kv_rows(rows), *cross, self.length, (self.self_k, self.self_v))
 
-    def reorder_self_attention(self, index: Tensor) -> LayerCache:
-        """Reorder rows whose cross-attention K/V are equal, i.e. beams within their own sentence.
-
-        Copying the unchanged cross-attention K/V too would double the traffic of every beam step.
-        """
-        return LayerCache(*self._self_kv_rows(index), self.cross_k, self.cross_v, self.length)
-
-    def _self_kv_rows(self, index: Tensor) -> list[Tensor]:
-        """The self-attention buffers' rows at ``index``; only the valid positions are copied."""
-        rows = []
-        for buffer in (self.self_k, self.self_v):
-            out = buffer.new_empty(index.numel(), *buffer.shape[1:])  # (N, H, capacity, D/H)
-            torch.index_select(buffer[:, :, : self.length], 0, index, out=out[:, :, : self.length])
-            rows.append(out)
-        return rows
+    def _self_kv_rows(self, rows: Tensor) -> list[Tensor]:
+        """The self-attention buffers' rows at ``rows``, valid positions only, written into the spares."""
+        out = []
+        for i, buffer in enumerate((self.self_k, self.self_v)):
+            spare = None if self.spare is None else self.spare[i]
+            if spare is None or spare.size(0) < rows.numel() or spare.shape[1:] != buffer.shape[1:]:
+                spare = buffer.new_empty(rows.numel(), *buffer.shape[1:])  # (N', H, capacity, D/H)
+            target = spare[: rows.numel()]
+            torch.index_select(buffer[:, :, : self.length], 0, rows, out=target[:, :, : self.length])
+            out.append(target)
+        return out
 
     def with_room(self) -> LayerCache:
         """This cache, with its self-attention buffers doubled (at least 8 more) when they are full."""
@@ -189,26 +191,32 @@ class DecoderLayer(nn.Module):
         buffers = [cross_k.new_empty(b, h, capacity, dh) for _ in range(2)]  # (B, H, capacity, D/H)
         return LayerCache(*buffers, cross_k, cross_v)
 
-    def step(self, x: Tensor, cache: LayerCache, src_mask: Tensor) -> tuple[Tensor, LayerCache]:
-        """Decode one new position. x: (B, 1, D) -> (B, 1, D) and the grown cache.
+    def step(
+        self, x: Tensor, cache: LayerCache, src_mask: Tensor, beams: int = 1
+    ) -> tuple[Tensor, LayerCache]:
+        """Decode one new position. x: (n·beams, 1, D), sentence-major -> (n·beams, 1, D) and the grown cache.
 
         Writes the new key/value into the buffers in place: the cache passed in must not be reused.
-        The new token may attend to every cached position, so no causal mask is needed.
+        The new token may attend to every cached position, so no causal mask is needed. In
+        cross-attention a sentence's beams are the queries over its one copy of the source keys and
+        values (beamable attention): one (beams x S) product per head instead of ``beams`` copies.
         """
         cache = cache.with_room()
         t = cache.length
 
         def self_attention(h: Tensor) -> Tensor:
-            k, v = self.self_attn.project_kv(h)  # (B, H, 1, D/H)
+            k, v = self.self_attn.project_kv(h)  # (N, H, 1, D/H)
             cache.self_k[:, :, t : t + 1] = k
             cache.self_v[:, :, t : t + 1] = v
             return self.self_attn.attend(h, cache.self_k[:, :, : t + 1], cache.self_v[:, :, : t + 1])[0]
 
-        x = self.self_block(x, self_attention)
-        x = self.cross_block(
-            x, lambda h: self.cross_attn.attend(h, cache.cross_k, cache.cross_v, src_mask)[0]
-        )
-        grown = LayerCache(cache.self_k, cache.self_v, cache.cross_k, cache.cross_v, t + 1)
+        def cross_attention(h: Tensor) -> Tensor:
+            queries = h.view(-1, beams, h.size(-1))  # (n, beams, D): a sentence's beams as its queries
+            out = self.cross_attn.attend(queries, cache.cross_k, cache.cross_v, src_mask)[0]
+            return out.view(h.shape)  # (n·beams, 1, D)
+
+        x = self.cross_block(self.self_block(x, self_attention), cross_attention)
+        grown = LayerCache(cache.self_k, cache.self_v, cache.cross_k, cache.cross_v, t + 1, cache.spare)
         return self.ffn_block(x, self.ffn), grown
 
 

@@ -54,18 +54,33 @@ class Embedding(nn.Module):
 
 @dataclass
 class DecoderCache:
-    """Incremental decoding state: one :class:`LayerCache` per layer plus the source mask."""
+    """Incremental decoding state: one :class:`LayerCache` per layer plus the source mask.
+
+    Rows are sentence-major: each of the n sentences has ``beams`` consecutive rows, which share
+    the sentence's cross-attention K/V and source mask.
+    """
 
     layers: list[LayerCache]
-    src_mask: Tensor  # (B, 1, 1, S)
+    src_mask: Tensor  # (n, 1, 1, S)
     length: int = 0  # target positions decoded so far
+    beams: int = 1  # rows per sentence
 
     def index_select(self, index: Tensor) -> DecoderCache:
-        """Keep/reorder batch rows (beam reordering, dropping finished sentences)."""
+        """Keep/reorder sentences of a one-row-per-sentence cache (dropping finished ones). index: (n',)."""
+        if self.beams != 1:
+            raise ValueError("index_select picks sentences of a cache with one row each; use reorder")
+        return self.reorder(index, index)
+
+    def reorder(
+        self, rows: Tensor, sentences: Tensor | None = None, beams: int | None = None
+    ) -> DecoderCache:
+        """Self-attention rows at ``rows`` (n'·beams,); the sentences at ``sentences`` (n',), each now
+        with ``beams`` rows, when given (else the rows moved within their own sentence)."""
         return DecoderCache(
-            [layer.index_select(index) for layer in self.layers],
-            self.src_mask.index_select(0, index),
+            [layer.reorder(rows, sentences) for layer in self.layers],
+            self.src_mask if sentences is None else self.src_mask.index_select(0, sentences),
             self.length,
+            self.beams if beams is None else beams,
         )
 
 
@@ -180,14 +195,16 @@ class Transformer(nn.Module):
         return DecoderCache([layer.start_cache(memory, capacity) for layer in self.decoder_layers], src_mask)
 
     def step(self, tokens: Tensor, cache: DecoderCache) -> tuple[Tensor, DecoderCache]:
-        """Feed the newest token of each row. tokens: (B,) -> next-token logits (B, V) and the new cache."""
+        """Feed the newest token of each row. tokens: (B,) -> next-token logits (B, V) and the new cache.
+
+        B is the cache's rows: its sentences times ``cache.beams``, sentence-major."""
         x = self.tgt_embed(tokens[:, None], offset=cache.length)  # (B, 1, D)
         layers = []
         for layer, layer_cache in zip(self.decoder_layers, cache.layers, strict=True):
-            x, layer_cache = layer.step(x, layer_cache, cache.src_mask)
+            x, layer_cache = layer.step(x, layer_cache, cache.src_mask, cache.beams)
             layers.append(layer_cache)
         logits = self.generator(self.decoder_norm(x))[:, 0]  # (B, V)
-        return logits, DecoderCache(layers, cache.src_mask, cache.length + 1)
+        return logits, DecoderCache(layers, cache.src_mask, cache.length + 1, cache.beams)
 
     def attention_maps(self, src: Tensor, tgt: Tensor) -> dict[str, list[Tensor]]:
         """Attention weights of every layer via the explicit path, for plots and tests.
