@@ -55,6 +55,8 @@ def start_server(checkpoint: Path, log: Path, *options: str) -> Server:
         "0",
         "--device",
         "cpu",
+        "--dtype",
+        "float32",  # as translator() decodes, whatever auto picks on this machine
     ]
     with log.open("w") as stderr:
         process = subprocess.Popen(

@@ -257,12 +257,16 @@ def test_in_flight_gauges_exist_before_the_first_request(checkpoint) -> None:
 
 def test_the_startup_line_says_the_size_shape_step_and_bleu(checkpoint: Path) -> None:
     translator, facts, _ = cli.load(
-        cli.build_parser().parse_args(["--ckpt", str(checkpoint), "--device", "cpu"])
+        cli.build_parser().parse_args(["--ckpt", str(checkpoint), "--device", "cpu", "--dtype", "float32"])
     )
     assert f"{cli.describe(facts)}, {translator.compute}" == (
         f"model {checkpoint.name}: 0.05 M parameters (d_model 32, 2+2 layers, 2 heads), step {STEP}, "
         f"val BLEU {BLEU:.2f}, PyTorch float32"
     )
+
+
+def test_the_server_picks_its_compute_dtype_as_translate_py_does() -> None:
+    assert cli.build_parser().parse_args(["--ckpt", "x.ckpt"]).dtype == "auto"
 
 
 def test_ctrl_c_while_loading_exits_130(checkpoint: Path, monkeypatch, capsys) -> None:

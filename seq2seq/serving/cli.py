@@ -21,6 +21,7 @@ import uvicorn
 from seq2seq.checkpoint import CheckpointError, ModelFacts
 from seq2seq.command_line import OneLineParser, UsageError, add_model_arguments, run_command
 from seq2seq.export_folder import ExportError
+from seq2seq.hardware import AUTO, INFERENCE_DTYPES
 from seq2seq.inference.backends import Opened, open_model
 from seq2seq.inference.translator import DEFAULT_BATCH_TOKENS
 from seq2seq.serving.app import create_app
@@ -43,6 +44,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8000, help="default: 8000; 0 picks a free port")
     parser.add_argument("--device", choices=["cpu", "cuda", "auto"], default="auto", help="default: auto")
+    parser.add_argument(
+        "--dtype",
+        choices=[AUTO, *INFERENCE_DTYPES],
+        default=AUTO,
+        help="compute dtype of a checkpoint, as translate.py's (default: auto, chosen from the hardware)",
+    )
     parser.add_argument(
         "--batch-tokens",
         type=int,
@@ -95,7 +102,7 @@ def describe(facts: ModelFacts) -> str:
 
 def load(args: argparse.Namespace) -> Opened:
     """The checkpoint (PyTorch, float32) or the export that ``--ckpt``/``--model`` names."""
-    return open_model(args.ckpt, args.model, args.device, args.batch_tokens, dtype="float32")
+    return open_model(args.ckpt, args.model, args.device, args.batch_tokens, dtype=args.dtype)
 
 
 def listen(host: str, port: int) -> socket.socket:
