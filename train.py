@@ -15,20 +15,20 @@ import torch
 
 from seq2seq.checkpoint import CheckpointError
 from seq2seq.config import ConfigError, DataError
-from seq2seq.training.launch import launch_id, run_dir_conflict, with_rank_overrides
+from seq2seq.training.launch import launch_id, prepare_launch
 from seq2seq.training.module import NonFiniteLossError
-from seq2seq.training.overrides import check_overrides
-from seq2seq.training.recipe import choose_recipe
 from seq2seq.training.run import discard_unstarted_run, run_directory, train
 
 CONFIGS = Path(__file__).resolve().parent / "configs"
-RECIPE = "recipe: the experiment in configs/train.yaml"  # replaced by the hardware's choice below
+# configs/train.yaml: runs/${launch_id:${now:...}}, the same directory for every process of a launch
+OmegaConf.register_new_resolver(
+    "launch_id", lambda fallback: launch_id(os.environ) or fallback, use_cache=True
+)
 
 
-@hydra.main(version_base="1.3", config_path="configs", config_name="train")
-def main(cfg: DictConfig) -> float | None:
+def main(cfg: DictConfig, recipe: str) -> float | None:
     """Run training; expected failures print one line and exit non-zero instead of a traceback."""
-    logging.getLogger(__name__).info("%s", RECIPE)
+    logging.getLogger(__name__).info("%s", recipe)
     try:
         metrics = train(cfg)
     except (ConfigError, DataError) as err:  # found before training: nothing worth keeping
@@ -42,18 +42,11 @@ def main(cfg: DictConfig) -> float | None:
 
 
 if __name__ == "__main__":
-    argv, RECIPE = choose_recipe(
-        sys.argv[1:], torch.cuda.get_device_name() if torch.cuda.is_available() else None, CONFIGS
-    )
-    if conflict := run_dir_conflict(argv, os.environ):
-        sys.exit(f"error: {conflict}")
+    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else None
     try:  # before Hydra creates the run directory, and in one line where Hydra would print several
-        check_overrides(argv, CONFIGS)
+        launch = prepare_launch(sys.argv[1:], os.environ, gpu, CONFIGS)
     except ConfigError as err:
         sys.exit(f"error: {err}")
-    sys.argv[1:] = with_rank_overrides(argv, os.environ)  # torchrun/srun: rank > 0 writes no .hydra/
-    # configs/train.yaml: runs/${launch_id:${now:...}}, the same directory for every process of a launch
-    OmegaConf.register_new_resolver(
-        "launch_id", lambda fallback: launch_id(os.environ) or fallback, use_cache=True
-    )
-    main()
+    sys.argv[1:] = launch.argv
+    run_with_hydra = hydra.main(version_base="1.3", config_path="configs", config_name="train")
+    run_with_hydra(lambda cfg: main(cfg, launch.recipe))()

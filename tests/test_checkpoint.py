@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 from tiny import tiny_tokenizer
 
-from seq2seq.checkpoint import entry, load_model, resume_state, save_atomically
+from seq2seq.checkpoint import entry, load_model, read_checkpoint, resume_state, save_atomically
 from seq2seq.config import DataConfig, DecodeConfig, ModelConfig
 from seq2seq.model import Transformer
 
@@ -52,6 +52,33 @@ def test_an_entry_in_the_layout_of_older_checkpoints_loads(tiny_model_cfg: Model
         torch.testing.assert_close(weight, averaged.state_dict()[name], rtol=0, atol=0)
     resumed = resume_state(checkpoint)
     assert resumed.best_bleu == 12.5 and resumed.tokenizer.to_dict() == tokenizer.to_dict()
+
+
+def test_training_stores_the_run_config_once(trained_ckpt: Path) -> None:
+    """In the entry only: Lightning's copy of the hyperparameters is not written."""
+    checkpoint = read_checkpoint(trained_ckpt)
+    assert set(checkpoint["seq2seq"]) == ENTRY_KEYS and "hyper_parameters" not in checkpoint
+
+
+def test_a_checkpoint_with_lightnings_copy_of_the_config_still_loads(trained_ckpt: Path, tmp_path: Path):
+    """Checkpoints written before the config was stored once also carry it as Lightning's hyperparameters."""
+    checkpoint = read_checkpoint(trained_ckpt)
+    meta = checkpoint["seq2seq"]
+    checkpoint["hyper_parameters"] = {
+        "model": meta["model_config"],
+        "optim": {"lr": 0.003},
+        "decode": meta["decode_config"],
+        "data": meta["data_config"],
+        "src_vocab_size": meta["src_vocab_size"],
+        "tgt_vocab_size": meta["tgt_vocab_size"],
+        "skip_nonfinite": False,
+    }
+    save_atomically(checkpoint, tmp_path / "older.ckpt")
+    loaded, today = load_model(tmp_path / "older.ckpt"), load_model(trained_ckpt)
+    assert loaded.model.cfg == today.model.cfg and loaded.decode_config == today.decode_config
+    for name, weight in loaded.model.state_dict().items():
+        torch.testing.assert_close(weight, today.model.state_dict()[name], rtol=0, atol=0)
+    assert resume_state(checkpoint).best_bleu == meta["best_bleu"]
 
 
 def test_the_entry_keeps_its_keys(tiny_model_cfg: ModelConfig) -> None:

@@ -8,13 +8,20 @@ an id all its processes share (:func:`launch_id`). And each would write ``.hydra
 ``train_rank<k>.log`` (:func:`with_rank_overrides`). Lightning's own launcher needs neither: it starts
 its children with the parent's run directory, ``hydra.output_subdir=null`` and a log file of
 their own (``lightning_fabric/strategies/launchers/subprocess_script.py``).
+
+:func:`prepare_launch` is all ``train.py`` does before Hydra: these overrides, the recipe
+(:mod:`seq2seq.training.recipe`) and the checks of :mod:`seq2seq.training.overrides`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
+from typing import NamedTuple
 
-from seq2seq.training.overrides import insert_overrides
+from seq2seq.config import ConfigError
+from seq2seq.training.overrides import check_overrides, insert_overrides
+from seq2seq.training.recipe import choose_recipe
 
 UNSET_RUN_ID = "none"  # torchrun's TORCHELASTIC_RUN_ID when its rendezvous got no --rdzv-id
 
@@ -63,3 +70,22 @@ def run_dir_conflict(argv: list[str], env: Mapping[str, str]) -> str | None:
         "torchrun without --rdzv-id: its processes would each name their own run directory; "
         "pass --rdzv-id=<name> (the same on every node) or hydra.run.dir=<dir>"
     )
+
+
+class Launch(NamedTuple):
+    """What ``train.py`` hands to Hydra."""
+
+    argv: list[str]  # the command line Hydra parses: the user's, plus the recipe and this rank's overrides
+    recipe: str  # the line that says which experiment runs and why
+
+
+def prepare_launch(argv: list[str], env: Mapping[str, str], gpu: str | None, config_dir: Path) -> Launch:
+    """``train.py``'s command line made ready for Hydra, or a one-line :class:`ConfigError`: the
+    hardware's experiment added where none is named (``gpu``: the CUDA device's name, or None), the
+    run directory and the overrides checked before Hydra creates anything, and this process's rank
+    overrides added last."""
+    with_recipe, recipe = choose_recipe(argv, gpu, config_dir)
+    if conflict := run_dir_conflict(with_recipe, env):
+        raise ConfigError(conflict)
+    check_overrides(with_recipe, config_dir)
+    return Launch(with_rank_overrides(with_recipe, env), recipe)

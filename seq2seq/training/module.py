@@ -1,7 +1,7 @@
 """The LightningModule: loss, optimiser, schedule, logging and validation BLEU.
 
-It takes plain dicts of config so ``save_hyperparameters`` and ``load_from_checkpoint``
-work; the tokenizer travels in the checkpoint's entry (:mod:`seq2seq.checkpoint`).
+Its configuration and tokenizer travel in the checkpoint's own entry (:mod:`seq2seq.checkpoint`),
+the one copy of them in the file: Lightning's copy of the hyperparameters is not saved.
 """
 
 from __future__ import annotations
@@ -75,7 +75,6 @@ class TranslationModule(pl.LightningModule):
         tokenizer: TranslationTokenizer | None = None,
     ) -> None:
         super().__init__()
-        self.save_hyperparameters(ignore=["tokenizer"])
         self.model_cfg = ModelConfig(**model)
         self.optim_cfg = OptimConfig(**optim)
         self.decode_cfg = DecodeConfig(**decode)

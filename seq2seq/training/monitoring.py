@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import statistics
+from dataclasses import asdict
 
 import pytorch_lightning as pl
 from pytorch_lightning.loggers import TensorBoardLogger
@@ -41,7 +42,14 @@ class TensorBoardPanels(pl.Callback):
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         logger = self._logger(trainer)
         if logger is not None:  # the resolved precision and the machine, so a run can be reproduced
-            hparams = {**pl_module.hparams, "precision": str(trainer.precision), "hardware": describe()}
+            hparams = {
+                "model": asdict(pl_module.model_cfg),
+                "optim": asdict(pl_module.optim_cfg),
+                "decode": asdict(pl_module.decode_cfg),
+                "data": asdict(pl_module.data_cfg),
+                "precision": str(trainer.precision),
+                "hardware": describe(),
+            }
             logger.log_hyperparams(hparams, {"hp/best_bleu": 0.0})
             self._log_data_stats(logger, trainer.datamodule)
 

@@ -153,19 +153,19 @@ def train(cfg: DictConfig) -> dict[str, float]:
     cfg.output_dir = str(run_dir)  # config.yaml says where the run went
     run = validated_run(cfg)
     model_cfg, data_cfg, optim_cfg, decode_cfg = run.model, run.data, run.optim, run.decode
-    if cfg.ckpt_path is not None and not Path(cfg.ckpt_path).is_file():
-        raise ConfigError(f"ckpt_path: no checkpoint at {cfg.ckpt_path}")
+    if run.ckpt_path is not None and not Path(run.ckpt_path).is_file():
+        raise ConfigError(f"ckpt_path: no checkpoint at {run.ckpt_path}")
     check_output_dir(run_dir)
     header = settle_machine_choices(cfg, model_cfg)
     if rank_zero_only.rank == 0:  # every rank of a torchrun or SLURM launch runs this; one writes
         (run_dir / "config.yaml").write_text(
             "".join(f"# {line}\n" for line in header) + OmegaConf.to_yaml(cfg, resolve=True)
         )
-    pl.seed_everything(cfg.seed, workers=True)
+    pl.seed_everything(run.seed, workers=True)
     if torch.cuda.is_available():
         torch.set_float32_matmul_precision("high")  # TF32 matmuls on Ampere+; no effect on CPU
 
-    datamodule = TranslationDataModule(data_cfg, seed=cfg.seed)
+    datamodule = TranslationDataModule(data_cfg, seed=run.seed)
     datamodule.setup("fit")  # in every process: one per cache directory builds, the others load it
     if rank_zero_only.rank == 0:
         datamodule.tokenizer.save(run_dir)
@@ -177,7 +177,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
         data=asdict(data_cfg),
         src_vocab_size=datamodule.tokenizer.src_vocab_size,
         tgt_vocab_size=datamodule.tokenizer.tgt_vocab_size,
-        skip_nonfinite=cfg.skip_nonfinite,
+        skip_nonfinite=run.skip_nonfinite,
         tokenizer=datamodule.tokenizer,
     )
     n_params = module.model.num_parameters()
@@ -185,5 +185,5 @@ def train(cfg: DictConfig) -> dict[str, float]:
     if cfg.compile:
         module.model.compile()  # in place, so checkpoint keys stay unchanged
     trainer = build_trainer(cfg, run.callbacks, run.logger, optim_cfg, run_dir)
-    trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.ckpt_path)
+    trainer.fit(module, datamodule=datamodule, ckpt_path=run.ckpt_path)
     return {name: float(value) for name, value in trainer.callback_metrics.items()}
