@@ -209,6 +209,8 @@ class DecodeConfig:
 
 
 SCHEDULES = ("inverse_sqrt", "wsd")
+DECAY_SHAPES = ("linear", "1-sqrt")
+OPTIMIZERS = ("adamw", "muon")
 
 
 @dataclass
@@ -220,6 +222,8 @@ class OptimConfig:
     warmup_steps: int = 1000  # linear warmup length in optimiser steps
     schedule: str = "inverse_sqrt"  # or "wsd": warmup, stable, then linear decay to zero at the budget's end
     decay_share: float = 0.4  # wsd: the last share of the budget (steps or max_time) over which the LR decays
+    decay_shape: str = "linear"  # wsd: the decay's shape, "linear" or "1-sqrt" (1 - sqrt of the decay done)
+    optimizer: str = "adamw"  # or "muon": Muon for the layers' weight matrices, AdamW for the rest
     dropout_min_epochs: float = 0.0  # model.dropout only if the run will see this many epochs; 0 = always
     betas: list[float] = field(default_factory=lambda: [0.9, 0.98])  # AdamW's moment decay rates
     eps: float = 1e-9  # AdamW's denominator term
@@ -230,8 +234,15 @@ class OptimConfig:
     def __post_init__(self) -> None:
         _positive("optim.lr", self.lr)
         _positive("optim.warmup_steps", self.warmup_steps)
-        if self.schedule not in SCHEDULES:
-            raise ConfigError(f"optim.schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
+        for name, choices in (
+            ("schedule", SCHEDULES),
+            ("decay_shape", DECAY_SHAPES),
+            ("optimizer", OPTIMIZERS),
+        ):
+            if getattr(self, name) not in choices:
+                raise ConfigError(
+                    f"optim.{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}"
+                )
         _probability("optim.decay_share", self.decay_share)
         if self.dropout_min_epochs < 0:
             raise ConfigError(f"optim.dropout_min_epochs must be >= 0, got {self.dropout_min_epochs}")

@@ -41,6 +41,13 @@ def test_wsd_warms_up_holds_then_decays_linearly_to_zero() -> None:
     assert wsd_factor(50, 10, 0.9, 0.0) == 1.0  # no decay share: constant after warmup
 
 
+def test_wsd_decays_as_one_minus_the_square_root_of_the_decay_done() -> None:
+    assert wsd_factor(50, 10, 0.6, 0.4, "1-sqrt") == 1.0
+    assert wsd_factor(50, 10, 0.7, 0.4, "1-sqrt") == pytest.approx(0.5)  # a quarter of the decay done
+    assert wsd_factor(50, 10, 0.8, 0.4, "1-sqrt") == pytest.approx(1 - 0.5**0.5)
+    assert wsd_factor(50, 10, 1.0, 0.4, "1-sqrt") == 0.0
+
+
 def test_step_share_counts_the_step_in_progress_and_ignores_an_endless_budget() -> None:
     assert step_share(0, 4) == 0.25 and step_share(3, 4) == 1.0
     assert step_share(10, math.inf) == 0.0

@@ -7,7 +7,8 @@ import pytest
 import torch
 from compose import tiny_run
 
-from seq2seq.training.module import TranslationModule, fused_adamw_applies
+from seq2seq.training.module import TranslationModule
+from seq2seq.training.optimizers import fused_adamw_applies
 from seq2seq.training.run import train
 
 

@@ -7,7 +7,7 @@ from seq2seq.data.tokenizer import PAD_ID
 from seq2seq.model.dropout import Dropout
 from seq2seq.training import loss as loss_module
 from seq2seq.training.loss import plain_sequence_loss, sequence_loss
-from seq2seq.training.module import adamw
+from seq2seq.training.optimizers import adamw
 
 
 @pytest.mark.parametrize("autocast", [False, True], ids=["float32", "bf16-autocast"])

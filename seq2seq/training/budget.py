@@ -35,12 +35,16 @@ def inverse_sqrt_factor(step: int, warmup_steps: int) -> float:
     return min(step / warmup_steps, math.sqrt(warmup_steps / step))
 
 
-def wsd_factor(step: int, warmup_steps: int, progress: float, decay_share: float) -> float:
-    """Warmup-stable-decay: linear warmup over ``warmup_steps``, the peak LR, then a linear decay
-    to zero over the last ``decay_share`` of the budget (``progress`` runs from 0 to 1)."""
+def wsd_factor(
+    step: int, warmup_steps: int, progress: float, decay_share: float, decay_shape: str = "linear"
+) -> float:
+    """Warmup-stable-decay: linear warmup over ``warmup_steps``, the peak LR, then a decay to zero
+    over the last ``decay_share`` of the budget (``progress`` runs from 0 to 1): linear, or
+    "1-sqrt", which keeps the LR higher for longer and drops it fastest at the end."""
     warmup = min(1.0, (step + 1) / warmup_steps)
-    decay = min(1.0, (1.0 - progress) / decay_share) if decay_share > 0 else 1.0
-    return warmup * max(0.0, decay)
+    left = min(1.0, max(0.0, (1.0 - progress) / decay_share)) if decay_share > 0 else 1.0  # 1 -> 0
+    decay = left if decay_shape == "linear" else 1.0 - math.sqrt(1.0 - left)
+    return warmup * decay
 
 
 def time_limit(trainer: pl.Trainer) -> Timer | None:

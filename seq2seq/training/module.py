@@ -9,7 +9,6 @@ from __future__ import annotations
 import copy
 import logging
 import time
-from collections.abc import Iterable
 from typing import Any
 
 import pytorch_lightning as pl
@@ -26,6 +25,7 @@ from seq2seq.inference.translator import Translator
 from seq2seq.model import Transformer
 from seq2seq.training.budget import inverse_sqrt_factor, wsd_factor
 from seq2seq.training.loss import sequence_loss
+from seq2seq.training.optimizers import build_optimizer, fused_adamw_applies
 from seq2seq.training.sharding import translate_sharded
 
 log = logging.getLogger(__name__)
@@ -33,31 +33,6 @@ log = logging.getLogger(__name__)
 
 class NonFiniteLossError(RuntimeError):
     """The loss became NaN/inf; training stops rather than corrupting the weights."""
-
-
-def adamw(params: Iterable[Tensor], fused: bool, **hyperparameters: Any) -> torch.optim.AdamW:
-    """AdamW with the fused kernel where asked for and available, else multi-tensor (foreach) kernels.
-
-    On a CPU, foreach still loops over ~10 ops per tensor, while the fused kernel makes one pass
-    per tensor: much cheaper (``bench/train_step.py``, docs/performance.md). Same update rule;
-    torch < 2.4 has no CPU fused kernel.
-    """
-    params = list(params)
-    if fused:
-        try:
-            return torch.optim.AdamW(params, fused=True, **hyperparameters)
-        except RuntimeError:  # "fused=True requires ... supported devices" before torch 2.4
-            pass
-    return torch.optim.AdamW(params, foreach=True, **hyperparameters)
-
-
-def fused_adamw_applies(device_type: str, precision: str) -> bool:
-    """Whether training takes the fused AdamW: on a CPU, unless fp16 loss scaling is on.
-
-    With fp16 gradients are scaled, and the fused kernel would unscale them inside its step, after
-    clipping; fp32 and bf16 need no scaling. (On a GPU the multi-tensor kernels stay, as before.)
-    """
-    return device_type == "cpu" and not precision.startswith("16")
 
 
 class TranslationModule(pl.LightningModule):
@@ -187,14 +162,8 @@ class TranslationModule(pl.LightningModule):
 
     def configure_optimizers(self) -> Any:
         cfg = self.optim_cfg
-        optimizer = adamw(
-            self.model.parameters(),
-            fused_adamw_applies(self.device.type, str(self.trainer.precision)),
-            lr=cfg.lr,
-            betas=tuple(cfg.betas),
-            eps=cfg.eps,
-            weight_decay=cfg.weight_decay,
-        )
+        fused = fused_adamw_applies(self.device.type, str(self.trainer.precision))
+        optimizer = build_optimizer(self.model, cfg, fused)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, self.lr_factor)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
@@ -221,7 +190,7 @@ class TranslationModule(pl.LightningModule):
         """The schedule: a multiplier of ``optim.lr`` after ``step`` optimiser steps."""
         cfg = self.optim_cfg
         if cfg.schedule == "wsd":
-            return wsd_factor(step, cfg.warmup_steps, self.progress, cfg.decay_share)
+            return wsd_factor(step, cfg.warmup_steps, self.progress, cfg.decay_share, cfg.decay_shape)
         return inverse_sqrt_factor(step, cfg.warmup_steps)
 
     def optimizer_step(self, *args: Any, **kwargs: Any) -> None:
