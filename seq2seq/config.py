@@ -51,7 +51,8 @@ class SpecialIds:
 
 
 SPECIAL_IDS = SpecialIds()
-ACTIVATIONS = ("relu", "gelu", "swiglu")  # the position-wise FFN's; see model/layers.py
+RELU, GELU, SWIGLU = "relu", "gelu", "swiglu"  # model.activation: the position-wise FFN's (model/layers.py)
+ACTIVATIONS = {RELU: "ReLU", GELU: "GELU", SWIGLU: "SwiGLU"}  # each value, as prose writes it
 
 
 @dataclass
@@ -63,7 +64,7 @@ class ModelConfig:
     n_encoder_layers: int = 3  # encoder depth
     n_decoder_layers: int = 3  # decoder depth
     d_ff: int = 1024  # hidden width of the position-wise feed-forward
-    activation: str = "relu"  # FFN: "relu", "gelu" (exact erf) or "swiglu" (gated; d_ff as given)
+    activation: str = RELU  # FFN: "relu", "gelu" (exact erf) or "swiglu" (gated; d_ff as given)
     dropout: float = 0.1  # dropout on embeddings, sublayer outputs and FFN hidden
     attention_dropout: float = 0.0  # dropout on attention weights
     max_positions: int = 256  # longest sequence the positional encoding covers

@@ -28,7 +28,10 @@ from seq2seq.data.tokenizer import TranslationTokenizer
 from seq2seq.model import Transformer
 
 METADATA_FILE = "seq2seq.json"
-ENGINES = ("ctranslate2", "transformers")  # seq2seq.json's "format" is "seq2seq/<engine>"
+CTRANSLATE2, TRANSFORMERS = "ctranslate2", "transformers"
+# The engines an export folder is for, each with its exporter (seq2seq/export/__main__.py) and its
+# translator (seq2seq/inference/backends.py); seq2seq.json's "format" is "seq2seq/<engine>".
+ENGINES = (CTRANSLATE2, TRANSFORMERS)
 VERSION = 1
 
 
@@ -36,9 +39,7 @@ class ExportError(ValueError):
     """An export cannot be written or read; the message is one line that names the cause."""
 
 
-def save_bundle(
-    directory: Path, loaded: LoadedModel, quantization: str, source: str, engine: str = "ctranslate2"
-) -> None:
+def save_bundle(directory: Path, loaded: LoadedModel, quantization: str, source: str, engine: str) -> None:
     """Write the tokenizer and ``seq2seq.json`` of ``loaded`` (exported from ``source``) to ``directory``."""
     loaded.tokenizer.save(directory)
     metadata = {

@@ -17,7 +17,7 @@ from seq2seq.checkpoint import CheckpointError
 from seq2seq.command_line import OneLineParser, UsageError, run_command
 from seq2seq.export.to_ctranslate2 import QUANTIZATIONS, export_checkpoint
 from seq2seq.export.to_transformers import export_to_transformers
-from seq2seq.export_folder import ExportError
+from seq2seq.export_folder import CTRANSLATE2, TRANSFORMERS, ExportError
 
 PROG = "python -m seq2seq.export"
 
@@ -30,10 +30,10 @@ class Exporter:
     weight_types: tuple[str, ...]  # what --quantization may choose, the default first; one: no choice
 
 
-# --to name -> its exporter; the names are seq2seq.export_folder.ENGINES
+# --to name (an engine of seq2seq.export_folder.ENGINES) -> its exporter
 EXPORTERS = {
-    "ctranslate2": Exporter(export_checkpoint, QUANTIZATIONS),
-    "transformers": Exporter(
+    CTRANSLATE2: Exporter(export_checkpoint, QUANTIZATIONS),
+    TRANSFORMERS: Exporter(
         lambda checkpoint, out_dir, _, force: export_to_transformers(checkpoint, out_dir, force), ("float32",)
     ),
 }
@@ -52,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--to",
         choices=list(EXPORTERS),
-        default="ctranslate2",
+        default=CTRANSLATE2,
         help="engine (default: ctranslate2); transformers writes a folder for AutoModelForSeq2SeqLM",
     )
     parser.add_argument(

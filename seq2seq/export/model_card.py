@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from seq2seq.checkpoint import LoadedModel, read_checkpoint
-from seq2seq.config import ConfigError, DataError
+from seq2seq.config import ACTIVATIONS, ConfigError, DataError
 from seq2seq.data import corpus
 from seq2seq.export.transformers_class import Choice
 from seq2seq.inference.evaluation import evaluate
@@ -24,7 +24,6 @@ from seq2seq.inference.translator import Translator
 log = logging.getLogger(__name__)
 
 LANGUAGES = {"en": "English", "es": "Spanish"}
-ACTIVATION_NAMES = {"relu": "ReLU", "gelu": "GELU", "swiglu": "SwiGLU"}  # model.activation, as written
 TATOEBA = (
     "English-Spanish sentence pairs of the [Tatoeba Project](https://tatoeba.org), as packaged by "
     "[manythings.org/anki](http://www.manythings.org/anki/), released under "
@@ -98,7 +97,7 @@ def model_card(loaded: LoadedModel, checkpoint: Path, choice: Choice) -> str:
     src, tgt = (LANGUAGES.get(code, code) for code in (data.source_lang, data.target_lang))
     parameters = loaded.model.num_parameters()
     norm = "pre-norm" if cfg.norm_first else "post-norm (as in the paper)"
-    activation = ACTIVATION_NAMES[cfg.activation]
+    activation = ACTIVATIONS[cfg.activation]
     positions = "learned" if cfg.learned_positions else "sinusoidal"
     data_line = TATOEBA if Path(data.path).name == "spa.txt.gz" else f"`{data.path}` (not the bundled corpus)"
     return "\n".join(

@@ -27,15 +27,16 @@ from ctranslate2.specs import attention_spec, common_spec, transformer_spec
 from torch import Tensor, nn
 
 from seq2seq.checkpoint import LoadedModel, load_model
+from seq2seq.config import GELU, RELU, SWIGLU
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, SPECIAL_TOKENS, UNK_ID, TranslationTokenizer
-from seq2seq.export_folder import ExportError, check_output_dir, save_bundle, staged_directory
+from seq2seq.export_folder import CTRANSLATE2, ExportError, check_output_dir, save_bundle, staged_directory
 from seq2seq.model import Transformer
 
 QUANTIZATIONS = ("int8", "int8_float32", "float32", "float16", "bfloat16")  # weight types on export
 CT2_ACTIVATIONS = {  # model.activation -> CTranslate2's; GELU is the exact (erf) one in both
-    "relu": common_spec.Activation.RELU,
-    "gelu": common_spec.Activation.GELU,
-    "swiglu": common_spec.Activation.SWISH,  # with ffn_glu: SiLU(gate) * up
+    RELU: common_spec.Activation.RELU,
+    GELU: common_spec.Activation.GELU,
+    SWIGLU: common_spec.Activation.SWISH,  # with ffn_glu: SiLU(gate) * up
 }
 
 
@@ -123,7 +124,7 @@ def build_spec(model: Transformer, tokenizer: TranslationTokenizer) -> transform
         cfg.n_heads,
         pre_norm=cfg.norm_first,  # pre-norm adds the final encoder/decoder LayerNorm, as ours does
         activation=CT2_ACTIVATIONS[cfg.activation],
-        ffn_glu=cfg.activation == "swiglu",
+        ffn_glu=cfg.activation == SWIGLU,
     )
     config = spec.config
     config.layer_norm_epsilon = _layer_norm_eps(model)
@@ -193,5 +194,5 @@ def export_model(
     spec.optimize(quantization=quantization)
     with staged_directory(out_dir) as stage:
         spec.save(str(stage))
-        save_bundle(stage, loaded, quantization, source)
+        save_bundle(stage, loaded, quantization, source, CTRANSLATE2)
     return out_dir

@@ -35,11 +35,10 @@ from seq2seq.config import ModelConfig
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID, TranslationTokenizer
 from seq2seq.export.model_card import model_card
 from seq2seq.export.transformers_class import choose_class
-from seq2seq.export_folder import ExportError, check_output_dir, save_bundle, staged_directory
+from seq2seq.export_folder import TRANSFORMERS, ExportError, check_output_dir, save_bundle, staged_directory
 from seq2seq.model import Transformer
 from seq2seq.model.transformer import sinusoidal_table
 
-ENGINE = "transformers"
 # Our state-dict prefixes -> the own class's; inside a layer the names are the same.
 OWN_PREFIXES = {
     "src_embed.": "encoder.embed.",
@@ -287,7 +286,7 @@ def export_to_transformers(checkpoint: str | Path, out_dir: str | Path, force: b
         hf.save_pretrained(stage)
         if choice.custom_code:
             save_own_code(stage, hf)
-        save_bundle(stage, loaded, "float32", str(checkpoint), engine=ENGINE)  # seq2seq.json, tokenizer
+        save_bundle(stage, loaded, "float32", str(checkpoint), TRANSFORMERS)  # seq2seq.json, tokenizer
         save_tokenizer(loaded.tokenizer, stage)  # the same vocabulary, with the EOS template
         card = model_card(loaded, Path(checkpoint), choice)
         (stage / "README.md").write_text(card, encoding="utf-8")

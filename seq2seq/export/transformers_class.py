@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from seq2seq.config import ModelConfig
+from seq2seq.config import GELU, RELU, ModelConfig
 
 MARIAN = "MarianMTModel"
 PEGASUS = "PegasusForConditionalGeneration"
 OWN = "Seq2SeqTransformerForConditionalGeneration"  # seq2seq.hf.modeling_seq2seq's class
-BUILTIN_ACTIVATIONS = ("relu", "gelu")  # the model.activation values Marian and Pegasus compute ("gelu": erf)
+BUILTIN_ACTIVATIONS = (RELU, GELU)  # the model.activation values Marian and Pegasus compute ("gelu": erf)
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from seq2seq.checkpoint import ModelFacts, load_model
-from seq2seq.export_folder import load_bundle
+from seq2seq.export_folder import CTRANSLATE2, TRANSFORMERS, load_bundle
 from seq2seq.hardware import AUTO, resolve_device, resolve_dtype
 from seq2seq.inference.translator import DEFAULT_BATCH_TOKENS, Translator, TranslatorBase
 
@@ -41,10 +41,11 @@ def _transformers(directory: Path, facts: ModelFacts, device: str, batch_tokens:
     return HFTranslator(directory, facts, device, batch_tokens)
 
 
-# engine of an export folder -> (folder, its facts, device, batch tokens) -> its translator
+# engine of an export folder (seq2seq.export_folder.ENGINES) -> (folder, its facts, device, batch
+# tokens) -> its translator
 BACKENDS: dict[str, Callable[[Path, ModelFacts, str, int], TranslatorBase]] = {
-    "ctranslate2": _ctranslate2,
-    "transformers": _transformers,
+    CTRANSLATE2: _ctranslate2,
+    TRANSFORMERS: _transformers,
 }
 
 

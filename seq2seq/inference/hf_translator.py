@@ -26,7 +26,7 @@ from seq2seq.config import DecodeConfig
 from seq2seq.data.batching import pad_ids
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from seq2seq.decoding.steps import Hypothesis, length_penalty, output_limits, rows_by_limit
-from seq2seq.export_folder import ExportError
+from seq2seq.export_folder import TRANSFORMERS, ExportError
 from seq2seq.hardware import resolve_device
 from seq2seq.inference.translator import TranslatorBase
 
@@ -36,7 +36,7 @@ class HFTranslator(TranslatorBase):
 
     def __init__(self, directory: str | Path, facts: ModelFacts, device: str, batch_tokens: int) -> None:
         """``facts``: the folder's, as :func:`seq2seq.export_folder.load_bundle` read them."""
-        if facts.engine != "transformers":
+        if facts.engine != TRANSFORMERS:
             raise ExportError(f"{directory} is a {facts.engine} export, not a transformers one")
         super().__init__(facts.tokenizer, facts.decode_config, facts.model_config.max_positions, batch_tokens)
         try:

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from seq2seq.config import ModelConfig
+from seq2seq.config import GELU, RELU, SWIGLU, ModelConfig
 from seq2seq.model.attention import MultiHeadAttention
 from seq2seq.model.dropout import Dropout
 
@@ -62,9 +62,9 @@ class GatedFeedForward(nn.Module):
 
 def feed_forward(cfg: ModelConfig) -> FeedForward | GatedFeedForward:
     """The position-wise FFN that ``cfg.activation`` names (GELU is the exact, erf one)."""
-    if cfg.activation == "swiglu":
+    if cfg.activation == SWIGLU:
         return GatedFeedForward(cfg.d_model, cfg.d_ff, cfg.dropout)
-    activation = {"relu": nn.ReLU, "gelu": nn.GELU}[cfg.activation]()  # config.py validated the name
+    activation = {RELU: nn.ReLU, GELU: nn.GELU}[cfg.activation]()  # config.py validated the name
     return FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout, activation)
 
 
