@@ -288,7 +288,9 @@ def bench_random_and_trained(args: argparse.Namespace) -> dict[str, float]:
     print(f"size {args.size}: {cfg}, vocab {tokenizer.src_vocab_size}, {threads} threads, {args.dtype}")
     print(f"batch of {args.batch} real sentences, {src.size(1)} source tokens at most")
     workdir = tempfile.TemporaryDirectory(prefix="bench-decode-")
-    random_weights = LoadedModel(model, tokenizer, DecodeConfig(beam_size=5), DataConfig())
+    random_weights = LoadedModel.around(
+        model, "random weights", tokenizer, DecodeConfig(beam_size=5), DataConfig()
+    )
     engines = export_engines(random_weights, Path(workdir.name) / "random", threads)
 
     generate(model, src, forced(8, beam=2))  # warm-up: thread pool, allocator, kernel selection

@@ -1,6 +1,7 @@
 """The checkpoint format: what a checkpoint carries so inference needs nothing but the file,
 how it is written, and how it is read back; and :class:`ModelFacts`, what a model file says of
-its model, a checkpoint's or an export folder's (:mod:`seq2seq.export_folder`) alike.
+its model, a checkpoint's or an export folder's (:mod:`seq2seq.export_folder`) alike, which a
+checkpoint's :class:`LoadedModel` extends with the model itself.
 
 Lightning checkpoints get one extra entry, ``checkpoint["seq2seq"]``, holding the model
 config, the vocabulary sizes, the decoding settings used for validation, the data config, the
@@ -114,22 +115,27 @@ class ModelFacts:
         return self.engine == PYTORCH
 
 
-@dataclass
-class LoadedModel:
-    """A ready-to-run model with its tokenizer, validation decoding settings and training data config."""
+@dataclass(frozen=True, kw_only=True)
+class LoadedModel(ModelFacts):
+    """A checkpoint's record with its PyTorch model, in eval mode, ready to run."""
 
     model: Transformer
-    tokenizer: TranslationTokenizer
-    decode_config: DecodeConfig
-    data_config: DataConfig
-    global_step: int | None = None  # optimiser steps trained; None for a file not written by training
-    best_bleu: float | None = None  # the best validation BLEU when it was written
 
-    def facts(self, path: str | Path) -> ModelFacts:
-        """The record of this model, read from the checkpoint at ``path``."""
-        return ModelFacts(
-            Path(path).name, PYTORCH, self.model.cfg, self.decode_config, self.data_config, self.tokenizer,
-            self.model.num_parameters(), self.global_step, self.best_bleu,
+    @classmethod
+    def around(
+        cls,
+        model: Transformer,
+        name: str,
+        tokenizer: TranslationTokenizer,
+        decode_config: DecodeConfig,
+        data_config: DataConfig,
+        global_step: int | None = None,
+        best_bleu: float | None = None,
+    ) -> LoadedModel:
+        """The record of ``model`` (its config and parameter count are the model's own)."""
+        return cls(
+            name, PYTORCH, model.cfg, decode_config, data_config, tokenizer, model.num_parameters(),
+            global_step, best_bleu, model=model,
         )  # fmt: skip
 
 
@@ -149,6 +155,7 @@ def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
 
 def load_model(path: str | Path, map_location: str | torch.device = "cpu") -> LoadedModel:
     """Rebuild the Transformer and tokenizer from a checkpoint, in eval mode."""
+    path = Path(path)
     checkpoint = read_checkpoint(path, map_location)
     meta = checkpoint[KEY]
     try:
@@ -177,8 +184,9 @@ def load_model(path: str | Path, map_location: str | torch.device = "cpu") -> Lo
         raise CheckpointError(
             f"{path}: weights do not match its model config: {str(err).splitlines()[0]}"
         ) from err
-    return LoadedModel(
+    return LoadedModel.around(
         model.to(map_location).eval(),
+        path.name,
         tokenizer,
         decode_cfg,
         data_cfg,

@@ -177,8 +177,7 @@ def test_the_model_card_names_the_bundled_data_and_says_what_it_could_not_measur
     from seq2seq.export.model_card import model_card
     from seq2seq.export.transformers_class import choose_class
 
-    loaded = load_model(trained_ckpt)
-    loaded.data_config = DataConfig(path=str(tmp_path / "spa.txt.gz"))  # the bundled name, not here
+    loaded = replace(load_model(trained_ckpt), data_config=DataConfig(path=str(tmp_path / "spa.txt.gz")))
     card = model_card(loaded, trained_ckpt, choose_class(loaded.model.cfg))
     assert "Tatoeba" in card and "manythings.org/anki" in card and "CC-BY 2.0" in card
     assert "not measured: the training corpus cannot be read here" in card

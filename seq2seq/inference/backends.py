@@ -81,4 +81,4 @@ def _open_checkpoint(path: str | Path, device: str, batch_tokens: int | None, dt
     translator = Translator(
         loaded.model, loaded.tokenizer, loaded.decode_config, target, batch_tokens, compute
     )
-    return Opened(translator, loaded.facts(path), why)
+    return Opened(translator, loaded, why)
