@@ -13,13 +13,19 @@
 (d) With ``--ckpt NEW --baseline-ckpt OLD``: two trained models end to end, e.g. the previous
     default run's against the new default's (issue #27): beam 5 and greedy over NEW's test split
     in float32, both models interleaved, with each one's seconds and BLEU.
+(e) With ``--ckpt CKPT --peer DIR``: the same checkpoint's test split decoded by this tree and by
+    the checkout in DIR (e.g. ``git worktree add /tmp/before <commit>``), beam 5 and greedy in each
+    of ``--peer-dtypes``, and at beam 5 by its CTranslate2 int8/float32 and transformers exports
+    (``bench/decode_versus.py``), with each one's seconds and BLEU.
 
 Repetitions are interleaved and medians reported. Ends with ``RATIO <name> <value> target <t>``.
-Run it on an otherwise idle machine: like ``translate.py``, it keeps OpenMP's default wait policy,
-whose spinning threads stall badly when another process takes their core.
+Run it on an otherwise idle machine: (a) to (d) keep OpenMP's default wait policy, whose spinning
+threads stall badly when another process takes their core ((e) sets the passive one, as
+``translate.py`` does).
 
     python bench/decode.py [--size small_postnorm] [--reps 3] [--ckpt model.ckpt] [--dtype bf16]
     python bench/decode.py --ckpt new.ckpt --baseline-ckpt old.ckpt [--models-only]
+    python bench/decode.py --ckpt model.ckpt --peer /tmp/before --models-only [--sentences 500]
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from decode_versus import compare  # noqa: E402
 from length_penalty import decode_split, held_out_test  # noqa: E402
 from measure import median_times, model_config, read_pairs  # noqa: E402
 
@@ -71,6 +78,12 @@ TARGETS = {  # RATIO name (or its prefix) -> target
     "model_vs_baseline_greedy_speedup": 1.5,
     "model_vs_baseline_beam5_bleu_gain": 0,  # ... at equal or better BLEU
     "model_vs_baseline_greedy_bleu_gain": 0,
+    "decode_beam5_vs_peer_spin_bfloat16": 2.5,  # issue #45: beam 5 2.5x translate.py before, native bf16
+    "decode_beam5_vs_peer_spin_float32": 2.2,  # ... 2.2x in fp32 (the target is for AVX2 CPUs)
+    "decode_beam5_vs_peer_bfloat16": 2.5,  # the same targets for the code alone
+    "decode_beam5_vs_peer_float32": 2.2,
+    "decode_greedy_vs_peer": 2,
+    "decode_beam5_vs_ct2_int8": 1,  # faster than the CTranslate2 int8 export
 }
 
 
@@ -328,7 +341,16 @@ def main() -> None:
         "--baseline-ckpt",
         help="with --ckpt: (d) this trained model against it, end to end (e.g. the old default)",
     )
-    parser.add_argument("--models-only", action="store_true", help="(d) alone, without (a), (b) and (c)")
+    parser.add_argument(
+        "--peer", type=Path, help="with --ckpt: (e) this tree against the checkout in this folder"
+    )
+    parser.add_argument(
+        "--peer-dtypes", nargs="+", default=["bfloat16", "float32"], help="(e) compute dtypes of both sides"
+    )
+    parser.add_argument("--no-exports", action="store_true", help="(e) without the exports")
+    parser.add_argument(
+        "--models-only", action="store_true", help="(d) or (e) alone, without (a), (b) and (c)"
+    )
     parser.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's choice)")
     parser.add_argument(
         "--dtype",
@@ -339,8 +361,12 @@ def main() -> None:
     args = parser.parse_args()
     if args.baseline_ckpt and not args.ckpt:
         parser.error("--baseline-ckpt compares with the model of --ckpt")
-    if args.models_only and not args.baseline_ckpt:
-        parser.error("--models-only runs (d), which needs --ckpt and --baseline-ckpt")
+    if args.peer and not args.ckpt:
+        parser.error("--peer compares the decoding of the checkpoint of --ckpt")
+    if args.models_only and not (args.baseline_ckpt or args.peer):
+        parser.error(
+            "--models-only runs (d), which needs --ckpt and --baseline-ckpt, or (e), which needs --peer"
+        )
     if args.threads:
         torch.set_num_threads(args.threads)
 
@@ -354,6 +380,13 @@ def main() -> None:
     if args.baseline_ckpt:  # float32 on both sides, whatever --dtype says
         for name, value in bench_models(args.baseline_ckpt, args.ckpt, args.reps).items():
             print(f"RATIO {name} {value:.2f} target {TARGETS[name]}")
+    if args.peer:
+        ratios = compare(
+            Path(args.ckpt), args.peer, args.reps, args.sentences, args.peer_dtypes, not args.no_exports
+        )
+        for name, value in ratios.items():
+            target = next(t for prefix, t in TARGETS.items() if name.startswith(prefix))
+            print(f"RATIO {name} {value:.2f} target {target}")
 
 
 if __name__ == "__main__":

@@ -41,3 +41,9 @@ def test_models_only_without_a_baseline_is_refused_with_the_reason(trained_ckpt:
     result = run_bench("--ckpt", str(trained_ckpt), "--models-only")
     assert result.returncode == 2
     assert "--models-only runs (d), which needs --ckpt and --baseline-ckpt" in result.stderr
+
+
+def test_a_peer_without_a_checkpoint_is_refused_with_the_reason() -> None:
+    result = run_bench("--peer", str(ROOT), "--models-only")
+    assert result.returncode == 2
+    assert "--peer compares the decoding of the checkpoint of --ckpt" in result.stderr
