@@ -47,7 +47,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from decode_versus import compare  # noqa: E402
 from length_penalty import decode_split, held_out_test  # noqa: E402
-from measure import median_times, model_config, read_pairs  # noqa: E402
+from measure import median_times, model_config, sample_corpus_pairs  # noqa: E402
 
 from seq2seq.checkpoint import LoadedModel, load_model  # noqa: E402
 from seq2seq.config import DataConfig, DecodeConfig, ModelConfig  # noqa: E402
@@ -285,9 +285,10 @@ def bench_random_and_trained(args: argparse.Namespace) -> dict[str, float]:
     """(a), (b) and (c); returns their ratios. ``--dtype auto`` is resolved into ``args.dtype``."""
     torch.manual_seed(0)
     cfg, vocab = replace(model_config(args.size), dropout=0.0), VOCAB[args.size]
-    distinct = list(dict.fromkeys(read_pairs(3 * args.sentences)[0]))  # the corpus is sorted by length:
-    sources = distinct[:: max(1, len(distinct) // args.sentences)][: args.sentences]  # keep the spread
-    tokenizer = TranslationTokenizer.train(*read_pairs(40_000), vocab, shared=True)
+    distinct = list(dict.fromkeys(sample_corpus_pairs(3 * args.sentences)[0]))
+    # the corpus is sorted by length: keep the spread
+    sources = distinct[:: max(1, len(distinct) // args.sentences)][: args.sentences]
+    tokenizer = TranslationTokenizer.train(*sample_corpus_pairs(40_000), vocab, shared=True)
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
     if args.dtype == "auto":
         dtype, reason = resolve_dtype(AUTO, cfg, "cpu")

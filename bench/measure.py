@@ -23,7 +23,7 @@ def model_config(name: str) -> ModelConfig:
     return validated(ModelConfig, OmegaConf.load(ROOT / "configs" / "model" / f"{name}.yaml"), "model")
 
 
-def read_pairs(count: int) -> tuple[list[str], list[str]]:
+def sample_corpus_pairs(count: int) -> tuple[list[str], list[str]]:
     """``count`` (English, Spanish) pairs spread evenly over the corpus, which is sorted by length."""
     with gzip.open(CORPUS, "rt", encoding="utf-8") as handle:
         pairs = [line.rstrip("\n").split("\t")[:2] for line in handle]

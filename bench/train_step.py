@@ -71,7 +71,7 @@ import torch.nn.functional as F  # noqa: E402
 from torch import Tensor, nn  # noqa: E402
 
 from bench.loop_run import code_at, compose_default, loop_in_subprocess  # noqa: E402
-from bench.measure import median_times, model_config, read_pairs  # noqa: E402
+from bench.measure import median_times, model_config, sample_corpus_pairs  # noqa: E402
 from seq2seq.config import ModelConfig, validated  # noqa: E402
 from seq2seq.data.batching import Batch, collate, pad_ids  # noqa: E402
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, TranslationTokenizer  # noqa: E402
@@ -528,7 +528,7 @@ def main() -> None:
         torch.set_float32_matmul_precision("high")  # TF32 for fp32 matmuls, as train.py sets on a GPU
     dtype = compute_dtype(args)
 
-    sources, targets = read_pairs(20000)
+    sources, targets = sample_corpus_pairs(20000)
     tokenizer = TranslationTokenizer.train(sources, targets, VOCAB, shared=True)
     data = (tokenizer, sources, targets)
     print(f"threads {torch.get_num_threads()}, dtype {args.dtype}, compile {args.compile}")

@@ -61,7 +61,7 @@ def is_export(directory: Path) -> bool:
     return (directory / METADATA_FILE).is_file()
 
 
-def check_output_dir(out_dir: Path, force: bool) -> None:
+def check_export_target(out_dir: Path, force: bool) -> None:
     """Refuse to write over anything but an earlier export, and over that only when forced."""
     if out_dir.exists() and not out_dir.is_dir():
         raise ExportError(f"{out_dir} exists and is not a directory")

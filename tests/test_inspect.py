@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from seq2seq.data.describe import describe
+from seq2seq.data.describe import describe_corpus
 from seq2seq.data.inspect import data_config, main, render
 
 LONG = " ".join(f"Wort{i}" for i in range(40))
@@ -42,7 +42,7 @@ def _overrides(tmp_path: Path, *more: str) -> list[str]:
 
 def test_the_report_counts_what_the_corpus_holds(tmp_path: Path) -> None:
     cfg = replace(data_config(_overrides(tmp_path)), max_malformed_share=0.05)
-    report = describe(cfg)
+    report = describe_corpus(cfg)
     assert report.stats["pairs"] == 59 and report.verdict is None
     assert report.stats["malformed"]["wrong_columns"]["line"] == 21
     assert (report.distinct_pairs, report.distinct_sources, report.same_pairs) == (53, 53, 2)
@@ -75,7 +75,7 @@ def test_the_command_prints_the_report_and_the_stop_training_would_make(
 
 def test_separate_vocabularies_get_a_suggestion_each(tmp_path: Path) -> None:
     cfg = replace(data_config(_overrides(tmp_path, "data.shared_vocab=false")), max_malformed_share=0.05)
-    report = describe(cfg)
+    report = describe_corpus(cfg)
     assert len(report.vocabulary) == 2
     table = render(report, cfg).splitlines()
     assert [line.split()[0] for line in table if line.startswith(("  source ", "  target "))] == [

@@ -259,7 +259,7 @@ def test_the_startup_line_says_the_size_shape_step_and_bleu(checkpoint: Path) ->
     translator, facts, _ = cli.load(
         cli.build_parser().parse_args(["--ckpt", str(checkpoint), "--device", "cpu", "--dtype", "float32"])
     )
-    assert f"{cli.describe(facts)}, {translator.compute}" == (
+    assert f"{cli.describe_model(facts)}, {translator.compute}" == (
         f"model {checkpoint.name}: 0.05 M parameters (d_model 32, 2+2 layers, 2 heads), step {STEP}, "
         f"val BLEU {BLEU:.2f}, PyTorch float32"
     )

@@ -14,7 +14,7 @@ from seq2seq.export.to_transformers import export_to_transformers
 from seq2seq.inference.backends import open_model
 from seq2seq.serving.app import create_app
 from seq2seq.serving.batcher import DynamicBatcher
-from seq2seq.serving.cli import build_parser, describe, load
+from seq2seq.serving.cli import build_parser, describe_model, load
 from seq2seq.serving.cli import main as serve_main
 from seq2seq.serving.service import Limits, TranslationService
 
@@ -78,7 +78,7 @@ def test_a_folder_that_is_not_an_export_is_one_line(tmp_path: Path, capsys) -> N
 
 def test_serve_py_model_loads_the_export_and_describes_it(exported: Path, trained_ckpt: Path) -> None:
     translator, served, _ = load(build_parser().parse_args(["--model", str(exported), "--device", "cpu"]))
-    line = describe(served)
+    line = describe_model(served)
     assert line.startswith(f"model {exported.name}: ") and "d_model 32, 2+2 layers" in line
     assert served.attention is False and translator.compute in {
         "CTranslate2 float32",

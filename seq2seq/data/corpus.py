@@ -26,7 +26,7 @@ from datasets.table import MemoryMappedTable
 from seq2seq.config import DataConfig, DataError
 from seq2seq.data import malformed
 from seq2seq.data.cache import build_once, digest
-from seq2seq.data.readers import FORMATS, read_pairs
+from seq2seq.data.readers import FORMATS, clean_pairs
 from seq2seq.data.sources import Source, locate
 
 _FORMAT_VERSION = 4  # bump when the cleaning rules or the cache layout change, to invalidate old caches
@@ -58,7 +58,7 @@ def _write_arrow(pairs: Iterator[tuple[str, str]], path: Path) -> None:
 def _build(source: Source, cfg: DataConfig, directory: Path) -> None:
     """Write the cleaned pairs and their counts into ``directory``; a corpus without pairs is an error."""
     tally = malformed.Tally(FORMATS[source.format].unit)
-    _write_arrow(read_pairs(source, cfg, tally), directory / _PAIRS_FILE)
+    _write_arrow(clean_pairs(source, cfg, tally), directory / _PAIRS_FILE)
     stats = tally.stats()
     if stats["pairs"] == 0 and stats["malformed"]:
         raise malformed.error(stats)

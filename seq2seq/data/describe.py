@@ -94,7 +94,7 @@ def _sampled_tokens(pairs: datasets.Dataset, cfg: DataConfig, report: Report) ->
         report.vocabulary = [vocab_size.suggest(trees[side], ids[side], scale) for side in ("src", "tgt")]
 
 
-def describe(cfg: DataConfig) -> Report:
+def describe_corpus(cfg: DataConfig) -> Report:
     """Read the corpus as training would (building its cache) and measure it."""
     start = time.perf_counter()
     pairs, stats = corpus.read_corpus(cfg)

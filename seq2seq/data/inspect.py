@@ -16,7 +16,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from seq2seq.config import ConfigError, DataConfig, DataError, validated
 from seq2seq.data import malformed, vocab_size
-from seq2seq.data.describe import PERCENTILES, Report, describe
+from seq2seq.data.describe import PERCENTILES, Report, describe_corpus
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     (one ``error:`` line)."""
     try:
         cfg = data_config(sys.argv[1:] if argv is None else argv)
-        report = describe(cfg)
+        report = describe_corpus(cfg)
     except (ConfigError, DataError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

@@ -1,5 +1,5 @@
 """One reader per corpus format, in a registry keyed by format: each turns a located corpus into
-numbered (source, target) values and tallies the records it cannot read; :func:`read_pairs`
+numbered (source, target) values and tallies the records it cannot read; :func:`clean_pairs`
 then keeps the pairs with text on both sides.
 
 Which field holds which language: TSV, CSV and aligned text by position (``data.columns`` names
@@ -98,7 +98,7 @@ def _tally_unusable(values: tuple, number: int, files: list[Path], cfg: DataConf
             return
 
 
-def read_pairs(source: Source, cfg: DataConfig, tally: Tally) -> Iterator[tuple[str, str]]:
+def clean_pairs(source: Source, cfg: DataConfig, tally: Tally) -> Iterator[tuple[str, str]]:
     """(source, target) of every record with text on both sides, stripped; tallies the rest."""
     columns = list(cfg.columns)
     files = [source.file_of(columns.index(lang)) for lang in (cfg.source_lang, cfg.target_lang)]

@@ -29,7 +29,7 @@ from torch import Tensor, nn
 from seq2seq.checkpoint import LoadedModel, load_model
 from seq2seq.config import GELU, RELU, SWIGLU
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, SPECIAL_TOKENS, UNK_ID, TranslationTokenizer
-from seq2seq.export_folder import CTRANSLATE2, ExportError, check_output_dir, save_bundle, staged_directory
+from seq2seq.export_folder import CTRANSLATE2, ExportError, check_export_target, save_bundle, staged_directory
 from seq2seq.model import Transformer
 
 QUANTIZATIONS = ("int8", "int8_float32", "float32", "float16", "bfloat16")  # weight types on export
@@ -170,7 +170,7 @@ def export_checkpoint(
     only, so a failure leaves it as it was.
     """
     out_dir = Path(out_dir)
-    check_output_dir(out_dir, force)  # before the seconds of loading
+    check_export_target(out_dir, force)  # before the seconds of loading
     return export_model(load_model(checkpoint), out_dir, quantization, force, source=str(checkpoint))
 
 
@@ -185,7 +185,7 @@ def export_model(
     out_dir = Path(out_dir)
     if quantization not in QUANTIZATIONS:
         raise ExportError(f"quantization {quantization!r} is not one of {', '.join(QUANTIZATIONS)}")
-    check_output_dir(out_dir, force)
+    check_export_target(out_dir, force)
     spec = build_spec(loaded.model, loaded.tokenizer)
     try:
         spec.validate()

@@ -35,7 +35,13 @@ from seq2seq.config import ModelConfig
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID, TranslationTokenizer
 from seq2seq.export.model_card import model_card
 from seq2seq.export.transformers_class import choose_class
-from seq2seq.export_folder import TRANSFORMERS, ExportError, check_output_dir, save_bundle, staged_directory
+from seq2seq.export_folder import (
+    TRANSFORMERS,
+    ExportError,
+    check_export_target,
+    save_bundle,
+    staged_directory,
+)
 from seq2seq.model import Transformer
 from seq2seq.model.transformer import sinusoidal_table
 
@@ -268,7 +274,7 @@ def export_to_transformers(checkpoint: str | Path, out_dir: str | Path, force: b
     anything is written; ``out_dir`` is replaced at the end only.
     """
     out_dir = Path(out_dir)
-    check_output_dir(out_dir, force)
+    check_export_target(out_dir, force)
     loaded = load_model(checkpoint)
     if not loaded.tokenizer.shared:
         raise ExportError(

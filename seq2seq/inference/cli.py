@@ -32,7 +32,7 @@ from seq2seq.export_folder import ExportError
 from seq2seq.hardware import AUTO, INFERENCE_DTYPES, DeviceError
 from seq2seq.inference.alignment import AlignmentError, align, format_table, save_heatmap
 from seq2seq.inference.backends import open_model
-from seq2seq.inference.evaluation import evaluate, format_scores, read_pairs
+from seq2seq.inference.evaluation import evaluate, format_scores, read_eval_pairs
 from seq2seq.inference.translator import Translation, Translator, TranslatorBase
 
 PROG = "translate.py"
@@ -222,7 +222,7 @@ def _eval_set(spec: str, data_cfg: DataConfig) -> tuple[list[str], list[list[str
             splits, _ = corpus.load_splits(data_cfg)  # the same grouped split training validated on
             return corpus.references(splits[spec])
         columns = list(data_cfg.columns)
-        return read_pairs(spec, columns.index(data_cfg.source_lang), columns.index(data_cfg.target_lang))
+        return read_eval_pairs(spec, columns.index(data_cfg.source_lang), columns.index(data_cfg.target_lang))
     except OSError as err:  # the file, the corpus or its cache cannot be opened or written
         raise DataError(str(err)) from err
 

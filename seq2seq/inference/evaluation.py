@@ -101,7 +101,7 @@ def format_scores(scores: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def read_pairs(
+def read_eval_pairs(
     path: str | Path, src_column: int = 0, ref_column: int = 1
 ) -> tuple[list[str], list[list[str]]]:
     """Unique sources (first-seen order) of a TSV file (.gz ok) and all references of each.

@@ -88,7 +88,7 @@ def _check(args: argparse.Namespace) -> None:
         raise UsageError(f"--max-wait-ms must be >= 0, got {args.max_wait_ms}")
 
 
-def describe(facts: ModelFacts) -> str:
+def describe_model(facts: ModelFacts) -> str:
     """One line about the model: size, shape, training step and validation BLEU."""
     cfg = facts.model_config
     step = "unknown" if facts.global_step is None else facts.global_step
@@ -139,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
     sock = listen(args.host, args.port)
     host, port = sock.getsockname()[:2]
     url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
-    print(f"{describe(facts)}, {translator.compute}", flush=True)
+    print(f"{describe_model(facts)}, {translator.compute}", flush=True)
     print(f"serving on {url} (page {url}/, API docs {url}/docs, metrics {url}/metrics)", flush=True)
     config = uvicorn.Config(
         create_app(service),

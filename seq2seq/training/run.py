@@ -41,7 +41,7 @@ STARTUP_FILES = {".hydra", "config.yaml", "tokenizer.json"}  # Hydra's and ours,
 STARTUP_LOGS = "train*.log"  # Hydra's log: train.log, train_rank<k>.log, train_ddp_process_<k>.log
 
 
-def check_output_dir(path: Path) -> None:
+def check_run_directory(path: Path) -> None:
     """Fail before training, not at the first checkpoint, if the run directory is unusable."""
     try:
         path.mkdir(parents=True, exist_ok=True)
@@ -155,7 +155,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     model_cfg, data_cfg, optim_cfg, decode_cfg = run.model, run.data, run.optim, run.decode
     if run.ckpt_path is not None and not Path(run.ckpt_path).is_file():
         raise ConfigError(f"ckpt_path: no checkpoint at {run.ckpt_path}")
-    check_output_dir(run_dir)
+    check_run_directory(run_dir)
     header = settle_machine_choices(cfg, model_cfg)
     if rank_zero_only.rank == 0:  # every rank of a torchrun or SLURM launch runs this; one writes
         (run_dir / "config.yaml").write_text(
