@@ -14,6 +14,7 @@ at a time on half the cores each (more runs per hour on a small machine); every 
 alone once all have trained.
 
     python bench/levers.py --lever half_batch [pre_norm ...] --steps 962 [--seeds 42 43] [--parallel 2]
+    python bench/levers.py --lever lr_3e-3_warmup_50=optim.lr=3e-3,optim.warmup_steps=50 --minutes 30
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -74,7 +76,25 @@ LEVERS = {
     "width_512": Lever(("model.d_model=512", "model.d_ff=1365")),
     "no_label_smoothing": Lever(("optim.label_smoothing=0",)),
     "label_smoothing_0.2": Lever(("optim.label_smoothing=0.2",)),
+    "muon": Lever(("optim.optimizer=muon",)),
+    "cooldown_1_sqrt": Lever(("optim.decay_shape=1-sqrt",)),
+    "warmup_50": Lever(("optim.warmup_steps=50",)),
 }
+
+
+def parse_lever(spec: str) -> tuple[str, Lever]:
+    """A lever by its name in :data:`LEVERS`, or one made on the command line as
+    ``NAME=KEY=VALUE[,KEY=VALUE...]`` (commas inside ``[...]`` belong to a list value)."""
+    if spec in LEVERS:
+        return spec, LEVERS[spec]
+    name, _, overrides = spec.partition("=")
+    if not overrides or "=" not in overrides or name == "default":
+        raise argparse.ArgumentTypeError(
+            f"{spec!r}: give one of {', '.join(sorted(LEVERS))}, or NAME=KEY=VALUE[,KEY=VALUE...]"
+        )
+    return name, Lever(tuple(re.split(r",(?![^\[]*\])", overrides)))
+
+
 SEARCHES = {"beam5": 5, "greedy": 1}
 Budget = tuple[int | None, int | None]  # (steps of the default, minutes): one of them is set
 
@@ -127,8 +147,7 @@ def beam5_speedup(default_dir: Path, variant_dir: Path, repeats: int = 2) -> flo
     return default / variant
 
 
-def run_overrides(name: str, seed: int, budget: Budget, extra: list[str], run_dir: Path) -> list[str]:
-    lever = LEVERS[name]
+def run_overrides(lever: Lever, seed: int, budget: Budget, extra: list[str], run_dir: Path) -> list[str]:
     return [
         *lever.overrides,
         *budget_overrides(lever, *budget),
@@ -204,7 +223,11 @@ def row(result: dict, budget_name: str) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--lever", choices=sorted(LEVERS), nargs="+", required=True, help="each next to the default"
+        "--lever",
+        type=parse_lever,
+        nargs="+",
+        required=True,
+        help="each next to the default: a name of LEVERS, or NAME=KEY=VALUE[,KEY=VALUE...]",
     )
     budget = parser.add_mutually_exclusive_group(required=True)
     budget.add_argument("--steps", type=int, help="a fixed number of optimizer steps (962: the slow class)")
@@ -223,14 +246,11 @@ def main() -> None:
     out = args.out / f"{args.experiment or 'spa_en_cpu'}-{budget_name}"
     if args.parallel > 1 and args.minutes is not None:
         parser.error("--parallel shares the cores: a wall-clock budget would no longer be the user's")
-    dirs = {
-        (lever, seed): out / f"{lever}-seed{seed}"
-        for seed in args.seeds
-        for lever in ("default", *args.lever)
-    }
+    levers = {"default": LEVERS["default"], **dict(args.lever)}
+    dirs = {(lever, seed): out / f"{lever}-seed{seed}" for seed in args.seeds for lever in levers}
     train_runs(
         {
-            run_dir: run_overrides(lever, seed, budget, extra, run_dir)
+            run_dir: run_overrides(levers[lever], seed, budget, extra, run_dir)
             for (lever, seed), run_dir in dirs.items()
         },
         args.parallel,
@@ -239,7 +259,7 @@ def main() -> None:
     print(TABLE_HEADER)
     for result in results.values():
         print(row(result, budget_name))
-    for lever in args.lever:
+    for lever, _ in args.lever:
         variant = [results[lever, seed] for seed in args.seeds]
         default = [results["default", seed] for seed in args.seeds]
         gains = [v["test_bleu_beam5"] - d["test_bleu_beam5"] for v, d in zip(variant, default, strict=True)]
