@@ -107,6 +107,7 @@ def compare(
             runs += [
                 (Decoder(f"ours {dtype}", ROOT, dtype), beam),
                 (Decoder(f"peer {dtype}", peer, dtype), beam),
+                (Decoder(f"peer {dtype} spin", peer, dtype, wait_policy="ACTIVE"), beam),
             ]
     with tempfile.TemporaryDirectory(prefix="decode-versus-") as directory:
         if with_exports:
