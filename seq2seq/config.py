@@ -303,7 +303,8 @@ class RunConfig:
     skip_nonfinite: bool = False  # skip batches with NaN/inf loss instead of stopping
 
 
-ConfigStore.instance().store(name="run_schema", node=RunConfig)  # the first entry of train.yaml's defaults
+RUN_SCHEMA = "run_schema"  # RunConfig's name in Hydra's ConfigStore: the first entry of train.yaml's defaults
+ConfigStore.instance().store(name=RUN_SCHEMA, node=RunConfig)
 DURATION = re.compile(r"\d+:\d\d:\d\d:\d\d")  # Lightning's max_time string: DD:HH:MM:SS
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from seq2seq.config import ConfigError, DataConfig
 from seq2seq.data.describe import describe_corpus
 from seq2seq.data.inspect import data_config, main, render
 
@@ -53,6 +54,16 @@ def test_the_report_counts_what_the_corpus_holds(tmp_path: Path) -> None:
     de_tokens = report.lengths["de tokens"]
     assert de_tokens == sorted(de_tokens) and de_tokens[1] <= 8 < de_tokens[-1]  # p90 short, the max long
     assert [suggestion.met for suggestion in report.vocabulary] == [False]  # 59 pairs: too few for any size
+
+
+def test_an_installed_package_without_configs_composes_the_schemas(tmp_path: Path) -> None:
+    """A wheel ships no configs/: the data.* overrides still give what a checkout composes, but for
+    the recipe's batch size, which a corpus report does not use."""
+    overrides = _overrides(tmp_path)
+    checkout = replace(data_config(overrides), max_tokens=DataConfig.max_tokens)
+    assert data_config(overrides, tmp_path / "no-configs") == checkout
+    with pytest.raises(ConfigError):
+        data_config(["experiment=tiny"], tmp_path / "no-configs")
 
 
 def test_the_command_prints_the_report_and_the_stop_training_would_make(

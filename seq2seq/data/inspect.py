@@ -3,6 +3,9 @@
 It takes the overrides ``train.py`` takes (``data.path=...``, ``data.columns=[de,fr]``,
 ``experiment=tiny``) and composes the same config, so it reads the corpus exactly as training
 would, and the corpus cache it builds is the one training then loads. Bad input is one line.
+Installed as a package, without the checkout's ``configs/``, it composes the schemas alone
+(:class:`~seq2seq.config.RunConfig`, ``run_schema`` in Hydra's ConfigStore): the ``data.*``
+overrides work as in a checkout, group options (``data=tiny``, ``experiment=...``) need configs/.
 """
 
 from __future__ import annotations
@@ -10,22 +13,27 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from hydra import compose, initialize_config_dir
+from hydra import compose, initialize, initialize_config_dir
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
-from seq2seq.config import ConfigError, DataConfig, DataError, validated
+from seq2seq.config import RUN_SCHEMA, ConfigError, DataConfig, DataError, validated
 from seq2seq.data import malformed, vocab_size
 from seq2seq.data.describe import PERCENTILES, Report, describe_corpus
 
-CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"  # a checkout's; an installed package has none
 
 
-def data_config(overrides: list[str]) -> DataConfig:
-    """``data`` of the config ``train.py`` would compose from these overrides, validated."""
+def data_config(overrides: list[str], config_dir: Path = CONFIGS) -> DataConfig:
+    """``data`` of the config ``train.py`` would compose from these overrides, validated; without
+    ``config_dir``, of the schemas alone."""
     try:
-        with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
-            cfg = compose("train", overrides=overrides)
+        if (config_dir / "train.yaml").is_file():
+            with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
+                cfg = compose("train", overrides=overrides)
+        else:
+            with initialize(config_path=None, version_base="1.3"):
+                cfg = compose(RUN_SCHEMA, overrides=overrides)
     except (HydraException, OmegaConfBaseException) as err:
         raise ConfigError(str(err).splitlines()[0]) from err
     return validated(DataConfig, cfg.data, "data")
