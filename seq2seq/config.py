@@ -114,6 +114,8 @@ class DataConfig:
     encoding: str = "utf-8"  # text encoding of a local TSV, CSV, JSONL or aligned text file
     header: bool | None = None  # TSV/CSV: the first line names the columns: true, false, null = detect
     max_malformed_share: float = 0.01  # stop before training when more of the corpus is malformed
+    license: str | None = None  # the corpus's licence as the Hugging Face Hub names it, e.g. cc-by-2.0
+    attribution: str | None = None  # where the corpus comes from and whom to credit; the model card quotes it
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "max_length", "max_tokens", "eval_max_tokens", "tokenizer_max_pairs"):

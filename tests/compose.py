@@ -7,7 +7,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from seq2seq.config import ModelConfig, validated
+from seq2seq.config import DataConfig, ModelConfig, validated
 from seq2seq.training.overrides import compose_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,6 +28,11 @@ def tiny_run(run_dir: Path, cache_dir: Path, *overrides: str) -> DictConfig:
 def model_config(name: str) -> ModelConfig:
     """The sizes of ``configs/model/<name>.yaml``, validated like training validates them."""
     return validated(ModelConfig, OmegaConf.load(CONFIGS / "model" / f"{name}.yaml"), "model")
+
+
+def data_config(name: str) -> DataConfig:
+    """The corpus of ``configs/data/<name>.yaml`` and its settings, validated like training's."""
+    return validated(DataConfig, OmegaConf.load(CONFIGS / "data" / f"{name}.yaml"), "data")
 
 
 def ddp_training(

@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from compose import data_config
 from tiny import tiny_tokenizer
 from transformers_parity import SOURCES, teacher_forced_logits, variant_checkpoint
 
 from seq2seq.checkpoint import MODEL_PREFIX, entry, load_model, save_atomically
-from seq2seq.config import DataConfig, DecodeConfig
+from seq2seq.config import DecodeConfig
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, TranslationTokenizer
 from seq2seq.decoding.steps import output_limits
 from seq2seq.export.__main__ import main as export_main
@@ -177,7 +178,8 @@ def test_the_model_card_names_the_bundled_data_and_says_what_it_could_not_measur
     from seq2seq.export.model_card import model_card
     from seq2seq.export.transformers_class import choose_class
 
-    loaded = replace(load_model(trained_ckpt), data_config=DataConfig(path=str(tmp_path / "spa.txt.gz")))
+    bundled = replace(data_config("spa_eng"), path=str(tmp_path / "spa.txt.gz"))  # the corpus, not here
+    loaded = replace(load_model(trained_ckpt), data_config=bundled)
     card = model_card(loaded, trained_ckpt, choose_class(loaded.model.cfg))
     assert "Tatoeba" in card and "manythings.org/anki" in card and "CC-BY 2.0" in card
     assert "not measured: the training corpus cannot be read here" in card

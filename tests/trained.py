@@ -13,11 +13,11 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from compose import model_config
+from compose import data_config, model_config
 from tiny import CORPUS, tiny_tokenizer
 
 from seq2seq.checkpoint import MODEL_PREFIX, entry
-from seq2seq.config import DataConfig, DecodeConfig, ModelConfig
+from seq2seq.config import DecodeConfig, ModelConfig
 from seq2seq.data.batching import pad_ids
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from seq2seq.model import Transformer
@@ -67,8 +67,8 @@ def _train(
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-    data_cfg = DataConfig(
-        path=str(CORPUS), valid_size=12, test_size=12, vocab_size=300, max_tokens=512, num_workers=0,
+    data_cfg = replace(
+        data_config("tiny"), path=str(CORPUS), valid_size=12, test_size=12, max_tokens=512, num_workers=0,
         cache_dir=str(directory / "cache"),
     )  # fmt: skip
     state = {MODEL_PREFIX + name: tensor for name, tensor in model.state_dict().items()}

@@ -1,5 +1,6 @@
 """The ``README.md`` model card of a transformers export: what the model is, what it was trained on
-and under which license, how it was trained, how well it translates, and how to use it.
+and under which license (the training data config's ``license`` and ``attribution``), how it was
+trained, how well it translates, and how to use it.
 
 Scores are measured at export, on the weights exported, with the checkpoint's own decoding
 settings and ``translate.py``'s scoring (sacrebleu, every reference). What a checkpoint does not
@@ -24,12 +25,6 @@ from seq2seq.inference.translator import Translator
 log = logging.getLogger(__name__)
 
 LANGUAGES = {"en": "English", "es": "Spanish"}
-TATOEBA = (
-    "English-Spanish sentence pairs of the [Tatoeba Project](https://tatoeba.org), as packaged by "
-    "[manythings.org/anki](http://www.manythings.org/anki/), released under "
-    "[CC-BY 2.0](http://creativecommons.org/licenses/by/2.0) "
-    "(attribution: www.manythings.org/anki and tatoeba.org)"
-)
 
 
 def _run_facts(checkpoint: Path) -> list[str]:
@@ -99,12 +94,12 @@ def model_card(loaded: LoadedModel, checkpoint: Path, choice: Choice) -> str:
     norm = "pre-norm" if cfg.norm_first else "post-norm (as in the paper)"
     activation = ACTIVATIONS[cfg.activation]
     positions = "learned" if cfg.learned_positions else "sinusoidal"
-    data_line = TATOEBA if Path(data.path).name == "spa.txt.gz" else f"`{data.path}` (not the bundled corpus)"
+    data_line = data.attribution or f"`{data.path}` (no data.attribution was configured)"
     return "\n".join(
         [
             "---",
             f"language: [{data.source_lang}, {data.target_lang}]",
-            "license: cc-by-2.0",
+            f"license: {data.license or 'unknown'}",
             "library_name: transformers",
             "pipeline_tag: translation",
             "---",
