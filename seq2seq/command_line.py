@@ -11,6 +11,8 @@ import os
 import sys
 from collections.abc import Callable
 
+from seq2seq.hardware import AUTO, INFERENCE_DTYPES
+
 USAGE = 2  # exit code of bad arguments
 FAILED = 1  # of an expected failure (and of a reader that left)
 INTERRUPTED = 130  # of Ctrl-C: 128 + SIGINT, as a shell reports it
@@ -33,6 +35,12 @@ def add_model_arguments(parser: argparse.ArgumentParser, model_help: str) -> Non
     model = parser.add_mutually_exclusive_group(required=True)
     model.add_argument("--ckpt", metavar="PATH", help="checkpoint written by train.py")
     model.add_argument("--model", metavar="DIR", help=model_help)
+
+
+def add_compute_arguments(parser: argparse.ArgumentParser, dtype_help: str) -> None:
+    """``--device`` and ``--dtype``: where and in which number type :func:`open_model` runs the model."""
+    parser.add_argument("--device", choices=["cpu", "cuda", "auto"], default="auto", help="default: auto")
+    parser.add_argument("--dtype", choices=[AUTO, *INFERENCE_DTYPES], default=AUTO, help=dtype_help)
 
 
 def run_command(prog: str, command: Callable[[], int], expected: tuple[type[Exception], ...]) -> int:

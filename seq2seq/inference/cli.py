@@ -26,10 +26,16 @@ from typing import TextIO
 from tqdm import tqdm
 
 from seq2seq.checkpoint import CheckpointError
-from seq2seq.command_line import OneLineParser, UsageError, add_model_arguments, run_command
+from seq2seq.command_line import (
+    OneLineParser,
+    UsageError,
+    add_compute_arguments,
+    add_model_arguments,
+    run_command,
+)
 from seq2seq.config import ConfigError, DataConfig, DataError, DecodeConfig
 from seq2seq.export_folder import ExportError
-from seq2seq.hardware import AUTO, INFERENCE_DTYPES, DeviceError
+from seq2seq.hardware import DeviceError
 from seq2seq.inference.alignment import AlignmentError, align, format_table, save_heatmap
 from seq2seq.inference.backends import open_model
 from seq2seq.inference.evaluation import evaluate, format_scores, read_eval_pairs
@@ -104,12 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--max-len", type=int, metavar="T", help="at most T output tokens (default: a*source+b)"
     )
-    parser.add_argument("--device", choices=["cpu", "cuda", "auto"], default="auto", help="default: auto")
-    parser.add_argument(
-        "--dtype",
-        choices=[AUTO, *INFERENCE_DTYPES],
-        default=AUTO,
-        help="compute dtype (default: auto, chosen from the hardware like trainer.precision=auto)",
+    add_compute_arguments(
+        parser, "compute dtype (default: auto, chosen from the hardware like trainer.precision=auto)"
     )
     parser.add_argument(
         "--batch-tokens",

@@ -19,9 +19,14 @@ from collections.abc import Iterator
 import uvicorn
 
 from seq2seq.checkpoint import CheckpointError, ModelFacts
-from seq2seq.command_line import OneLineParser, UsageError, add_model_arguments, run_command
+from seq2seq.command_line import (
+    OneLineParser,
+    UsageError,
+    add_compute_arguments,
+    add_model_arguments,
+    run_command,
+)
 from seq2seq.export_folder import ExportError
-from seq2seq.hardware import AUTO, INFERENCE_DTYPES
 from seq2seq.inference.backends import Opened, open_model
 from seq2seq.inference.translator import DEFAULT_BATCH_TOKENS
 from seq2seq.serving.app import create_app
@@ -43,12 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8000, help="default: 8000; 0 picks a free port")
-    parser.add_argument("--device", choices=["cpu", "cuda", "auto"], default="auto", help="default: auto")
-    parser.add_argument(
-        "--dtype",
-        choices=[AUTO, *INFERENCE_DTYPES],
-        default=AUTO,
-        help="compute dtype of a checkpoint, as translate.py's (default: auto, chosen from the hardware)",
+    add_compute_arguments(
+        parser, "compute dtype of a checkpoint, as translate.py's (default: auto, chosen from the hardware)"
     )
     parser.add_argument(
         "--batch-tokens",
