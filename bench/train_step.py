@@ -79,7 +79,7 @@ from seq2seq.hardware import AUTO, Hardware, describe, detect, precision_dtype, 
 from seq2seq.model import Transformer  # noqa: E402
 from seq2seq.model.transformer import sinusoidal_table  # noqa: E402
 from seq2seq.training.loss import sequence_loss  # noqa: E402
-from seq2seq.training.module import adamw, fused_adamw_applies  # noqa: E402
+from seq2seq.training.optimizers import adamw, fused_adamw_applies  # noqa: E402
 
 VOCAB = 8000
 SIZES = ("small_postnorm", "base")  # configs/model/<size>.yaml: post-norm ReLU, as nn.Transformer
