@@ -5,15 +5,16 @@ The checkpoint's test split (or its first ``--sentences``) goes through the Tran
 as a warm-up, once timed without the profiler (with the process's page faults), once profiled.
 
 Every op's self time goes to one group, first match wins: anything under ``model.encode`` is the
-encoder; copies (``copy_``, ``index_select``, ``cat``, ...) of 4-D tensors, or inside an op on one,
-are cache copies and reorders; other copies inside the decoder step are casts; a matrix product with
-a vocabulary-sized operand is the output projection; any other op on a 4-D tensor (the (B, H, T, D/H)
-layout), or inside one, is attention; other matrix products are decoder matmuls; an op whose last
-dimension is the vocabulary or a multiple of it (log-softmax, the beam-score add, top-k over the
-beams) is vocabulary work; fresh tensors (``empty``, ``zeros``, ``full``, ...) are allocation; other
-ops inside the decoder step are the decoder's elementwise work (norms, activations, residuals,
-embedding) and outside it search bookkeeping. Framework is the rest of the wall time: Python, the
-profiler's own cost. Rows per step counts the rows the output projection
+encoder; the target embedding's lookup is decoder elementwise work; copies (``copy_``,
+``index_select``, ``cat``, ...) of 4-D tensors, or inside an op on one, are cache copies and
+reorders; other copies inside the decoder step are casts; a matrix product with a vocabulary-sized
+operand is the output projection; any other op on a 4-D tensor (the (B, H, T, D/H) layout), or
+inside one, is attention; other matrix products are decoder matmuls; an op whose last dimension is
+the vocabulary or a multiple of it (log-softmax, the beam-score add, top-k over the beams) is
+vocabulary work; fresh tensors (``empty``, ``zeros``, ``full``, ...) are allocation; other ops
+inside the decoder step are the decoder's elementwise work (norms, activations, residuals) and
+outside it search bookkeeping. Framework is the rest of the wall time: Python, the profiler's own
+cost. Rows per step counts the rows the output projection
 scores (beams of live sentences), steps the decoder steps.
 
     python bench/decode_profile.py --ckpt best.ckpt [--dtype auto|float32|bfloat16] [--beam 5]
@@ -106,6 +107,8 @@ def group_of(event: FunctionEvent, vocab: int) -> str:
     in_step, four_d = STEP in names, _four_d(event)
     if ENCODE in names:
         return "encoder"
+    if "aten::embedding" in names:  # its index_select is a lookup, not a copy of the cache
+        return "decoder elementwise"
     if name in COPIES:
         if four_d:
             return "cache copies and reorders"

@@ -46,6 +46,7 @@ def event(
         (("aten::_softmax", "aten::softmax", STEP), [[320, 4, 1, 12]], "attention"),
         (("aten::_log_softmax", "aten::log_softmax"), [[320, V]], "vocabulary"),
         (("aten::topk",), [[64, 5 * V]], "vocabulary"),
+        (("aten::index_select", "aten::embedding", STEP), [[8000, 256], [320]], "decoder elementwise"),
         (("aten::empty", STEP), [], "allocation"),
         (("aten::native_layer_norm", "aten::layer_norm", STEP), [[320, 1, 256]], "decoder elementwise"),
         (("aten::nonzero",), [[64]], "search bookkeeping"),
