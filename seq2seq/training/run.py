@@ -26,7 +26,7 @@ from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.data.resume import BatchOrder
 from seq2seq.hardware import compile_blocker, describe, device_type, resolve_precision
 from seq2seq.training.budget import Budget
-from seq2seq.training.callbacks import AtomicCheckpointIO, InterruptBetweenBatches, SaveLast
+from seq2seq.training.checkpointing import AtomicCheckpointIO, InterruptBetweenBatches, SaveLast
 from seq2seq.training.final_validation import ValidateAtTheEnd
 from seq2seq.training.global_batch import GlobalBatch
 from seq2seq.training.module import TranslationModule
