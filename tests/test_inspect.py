@@ -58,9 +58,11 @@ def test_the_report_counts_what_the_corpus_holds(tmp_path: Path) -> None:
 
 def test_an_installed_package_without_configs_composes_the_schemas(tmp_path: Path) -> None:
     """A wheel ships no configs/: the data.* overrides still give what a checkout composes, but for
-    the recipe's batch size, which a corpus report does not use."""
+    the recipe's batch size and the bundled corpus's licence (its data option's), which a corpus
+    report does not use."""
     overrides = _overrides(tmp_path)
-    checkout = replace(data_config(overrides), max_tokens=DataConfig.max_tokens)
+    unused = {name: getattr(DataConfig, name) for name in ("max_tokens", "license", "attribution")}
+    checkout = replace(data_config(overrides), **unused)
     assert data_config(overrides, tmp_path / "no-configs") == checkout
     with pytest.raises(ConfigError):
         data_config(["experiment=tiny"], tmp_path / "no-configs")
