@@ -15,7 +15,9 @@ vocabulary work; fresh tensors (``empty``, ``zeros``, ``full``, ...) are allocat
 inside the decoder step are the decoder's elementwise work (norms, activations, residuals) and
 outside it search bookkeeping. Framework is the rest of the wall time: Python, the profiler's own
 cost. Rows per step counts the rows the output projection
-scores (beams of live sentences), steps the decoder steps.
+scores (beams of live sentences), steps the decoder steps. The matrix products' FLOPs (the
+profiler's count) over the unprofiled seconds, against a square matmul of the compute dtype timed
+in the same process, give the share of the matmul ceiling the search reaches.
 
     python bench/decode_profile.py --ckpt best.ckpt [--dtype auto|float32|bfloat16] [--beam 5]
                                    [--sentences 500]
@@ -34,10 +36,12 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
 import torch  # noqa: E402
 from torch.autograd.profiler_util import FunctionEvent  # noqa: E402
 from torch.profiler import profile, record_function  # noqa: E402
+from train_step import square_matmul  # noqa: E402
 
 from seq2seq.data import corpus  # noqa: E402
 from seq2seq.hardware import AUTO, INFERENCE_DTYPES, describe  # noqa: E402
@@ -77,6 +81,7 @@ COPIES = {
     )
 }
 MATMULS = {f"aten::{op}" for op in ("mm", "addmm", "bmm", "baddbmm", "matmul", "linear")}
+COUNTED_MATMULS = {f"aten::{op}" for op in ("mm", "addmm", "bmm", "baddbmm")}  # FLOPs counted
 ALLOCATIONS = {f"aten::{op}" for op in ("empty", "empty_strided", "empty_like", "zeros", "full", "new_empty")}
 
 
@@ -147,10 +152,12 @@ class Profile:
     rows: int = 0  # rows scored over all steps
     minor_faults: int = 0
     major_faults: int = 0
+    matmul_flops: float = 0.0
+    ceiling: float = 0.0  # FLOP/s of a square matmul in the compute dtype
 
     def lines(self, sentences: int) -> list[str]:
         """The Markdown table (ms per search, ms per step, share) and the counts."""
-        total = sum(self.ms.values())
+        total, rate = sum(self.ms.values()), self.matmul_flops / self.seconds
         out = ["| group | ms | ms/step | share |", "|---|---:|---:|---:|"]
         for group, ms in self.ms.items():
             out.append(f"| {group} | {ms:,.1f} | {ms / self.steps:.3f} | {100 * ms / total:.1f} % |")
@@ -159,8 +166,21 @@ class Profile:
             f"unprofiled: {self.seconds:.2f} s for {sentences} sentences ({sentences / self.seconds:.0f}/s)",
             f"steps: {self.steps}, rows per step: {self.rows / self.steps:.1f}",
             f"page faults: {self.minor_faults} minor, {self.major_faults} major",
+            f"matrix products: {self.matmul_flops / 1e9:,.1f} GFLOP, {rate / 1e9:.1f} GFLOP/s unprofiled:"
+            f" {100 * rate / self.ceiling:.1f} % of the matmul ceiling ({self.ceiling / 1e9:.0f} GFLOP/s)",
         ]
         return out
+
+
+def matmul_ceiling(dtype: torch.dtype, reps: int = 5) -> float:
+    """FLOP/s of the best of ``reps`` square matmuls in ``dtype`` on this CPU."""
+    run, flops, _ = square_matmul(dtype, torch.device("cpu"))
+    best = float("inf")
+    for _ in range(reps):
+        start = time.perf_counter()
+        run()
+        best = min(best, time.perf_counter() - start)
+    return flops / best
 
 
 def _faults() -> tuple[int, int]:
@@ -191,7 +211,7 @@ def profile_search(translator: Translator, sources: list[str], beam: int) -> Pro
         _labelled(model.step, STEP),
     )  # instance attributes
     try:
-        with profile(record_shapes=True) as prof:
+        with profile(record_shapes=True, with_flops=True) as prof:
             start = time.perf_counter()
             list(translator.translate(sources, settings))
             wall = time.perf_counter() - start
@@ -199,11 +219,14 @@ def profile_search(translator: Translator, sources: list[str], beam: int) -> Pro
         del model.encode, model.step
     vocab = model.generator.out_features
     us = dict.fromkeys(GROUPS, 0.0)
+    flops = 0.0
     for event in prof.events():
         us[group_of(event, vocab)] += event.self_cpu_time_total
+        flops += (event.flops or 0) if event.name in COUNTED_MATMULS else 0
     us["framework"] += max(0.0, wall * 1e6 - sum(us.values()))  # time outside every recorded op
     ms = {group: value / 1e3 for group, value in us.items()}
-    return Profile(ms, seconds, counts["steps"], counts["rows"], minor, major)
+    ceiling = matmul_ceiling(translator.dtype)
+    return Profile(ms, seconds, counts["steps"], counts["rows"], minor, major, flops, ceiling)
 
 
 def main() -> None:

@@ -9,7 +9,7 @@ import pytest
 from compose import ROOT
 
 sys.path.insert(0, str(ROOT / "bench"))
-from decode_profile import ENCODE, STEP, group_of
+from decode_profile import ENCODE, STEP, Profile, group_of
 
 V = 8000
 
@@ -65,3 +65,14 @@ def test_an_op_inside_one_on_the_attention_layout_is_attention_and_its_copies_ar
     bmm = event("aten::bmm", "aten::matmul", STEP, shapes=[[256, 1, 64], [256, 64, 12]], parent_shapes=heads)
     copy = event("aten::copy_", "aten::matmul", STEP, shapes=[[256, 64, 12]], parent_shapes=heads)
     assert (group_of(bmm, V), group_of(copy, V)) == ("attention", "cache copies and reorders")
+
+
+def test_the_summary_states_the_matrix_work_as_a_share_of_the_ceiling_at_the_unprofiled_speed() -> None:
+    profile = Profile({"encoder": 30.0, "framework": 10.0}, seconds=2.0, steps=4, rows=40)
+    profile.matmul_flops, profile.ceiling = 60e9, 100e9
+    lines = profile.lines(sentences=10)
+    assert "| encoder | 30.0 | 7.500 | 75.0 % |" in lines
+    assert "steps: 4, rows per step: 10.0" in lines
+    assert lines[-1] == (
+        "matrix products: 60.0 GFLOP, 30.0 GFLOP/s unprofiled: 30.0 % of the matmul ceiling (100 GFLOP/s)"
+    )
