@@ -21,7 +21,7 @@ from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint, RichProg
 from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.utilities import rank_zero_only
 
-from seq2seq.config import CallbacksConfig, ConfigError, LoggerConfig, ModelConfig, OptimConfig, validated_run
+from seq2seq.config import ConfigError, ModelConfig, RunConfig, validated_run
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.data.resume import BatchOrder
 from seq2seq.hardware import compile_blocker, describe, device_type, resolve_precision
@@ -88,14 +88,10 @@ def settle_machine_choices(cfg: DictConfig, model_cfg: ModelConfig) -> list[str]
     return lines
 
 
-def build_trainer(
-    cfg: DictConfig,
-    callbacks_cfg: CallbacksConfig,
-    logger_cfg: LoggerConfig,
-    optim_cfg: OptimConfig,
-    run_dir: Path,
-) -> pl.Trainer:
-    """Lightning Trainer from ``cfg.trainer`` plus the configured callbacks and logger."""
+def build_trainer(trainer_args: DictConfig, run: RunConfig, run_dir: Path) -> pl.Trainer:
+    """Lightning Trainer from ``trainer_args`` (``cfg.trainer``: any Lightning Trainer argument, so no
+    schema of ours) plus the callbacks and logger that ``run`` configures."""
+    callbacks_cfg, logger_cfg = run.callbacks, run.logger
     ckpt_dir = run_dir / "checkpoints"
     callbacks: list[pl.Callback] = [
         ModelCheckpoint(
@@ -109,9 +105,9 @@ def build_trainer(
         SaveLast(ckpt_dir, callbacks_cfg.checkpoint_every_n_steps),
         InterruptBetweenBatches(),
         BatchOrder(),
-        Budget(optim_cfg.dropout_min_epochs),
+        Budget(run.optim.dropout_min_epochs),
         TimeShares(),
-        GlobalBatch(int(cfg.data.max_tokens)),
+        GlobalBatch(run.data.max_tokens),
         ProgressLog(callbacks_cfg.progress_every_n_steps, callbacks_cfg.progress_every_s),
     ]
     if callbacks_cfg.early_stopping_patience:
@@ -130,7 +126,7 @@ def build_trainer(
             TensorBoardLogger(str(run_dir), name="tensorboard", version="", default_hp_metric=False)
         )
         callbacks.append(TensorBoardPanels(logger_cfg.samples, logger_cfg.attention_images))
-    trainer_kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
+    trainer_kwargs = OmegaConf.to_container(trainer_args, resolve=True)
     try:
         trainer = pl.Trainer(
             **trainer_kwargs,
@@ -184,6 +180,6 @@ def train(cfg: DictConfig) -> dict[str, float]:
     log.info("model: %.2fM parameters; run directory: %s", n_params / 1e6, run_dir)
     if cfg.compile:
         module.model.compile()  # in place, so checkpoint keys stay unchanged
-    trainer = build_trainer(cfg, run.callbacks, run.logger, optim_cfg, run_dir)
+    trainer = build_trainer(cfg.trainer, run, run_dir)
     trainer.fit(module, datamodule=datamodule, ckpt_path=run.ckpt_path)
     return {name: float(value) for name, value in trainer.callback_metrics.items()}
