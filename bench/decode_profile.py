@@ -39,6 +39,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import torch  # noqa: E402
+from measure import median_times  # noqa: E402
 from torch.autograd.profiler_util import FunctionEvent  # noqa: E402
 from torch.profiler import profile, record_function  # noqa: E402
 from train_step import square_matmul  # noqa: E402
@@ -173,14 +174,9 @@ class Profile:
 
 
 def matmul_ceiling(dtype: torch.dtype, reps: int = 5) -> float:
-    """FLOP/s of the best of ``reps`` square matmuls in ``dtype`` on this CPU."""
+    """FLOP/s of a square matmul in ``dtype`` on this CPU (median of ``reps``)."""
     run, flops, _ = square_matmul(dtype, torch.device("cpu"))
-    best = float("inf")
-    for _ in range(reps):
-        start = time.perf_counter()
-        run()
-        best = min(best, time.perf_counter() - start)
-    return flops / best
+    return flops / median_times({"matmul": run}, reps)["matmul"]
 
 
 def _faults() -> tuple[int, int]:
