@@ -99,3 +99,21 @@ def test_cuda_that_ctranslate2_cannot_see_is_one_line(exported: Path, capsys) ->
     assert err == (
         "translate.py: error: device 'cuda' requested but CTranslate2 sees no CUDA GPU; use 'cpu' or 'auto'\n"
     )
+
+
+@pytest.mark.skipif(ctranslate2.get_cuda_device_count() > 0, reason="CTranslate2 sees a GPU here")
+def test_a_gpu_that_ctranslate2_cannot_run_on_leaves_auto_on_the_cpu(
+    exported: Path, capsys, caplog, monkeypatch
+) -> None:
+    """A driver that shows a GPU whose CUDA libraries CTranslate2 cannot load (here the count says 1
+    on a machine without one): auto translates as --device cpu does, with a warning; cuda stops in one
+    line."""
+    _, on_cpu, _ = _run(capsys, "--model", str(exported), *SENTENCES)
+    monkeypatch.setattr(ctranslate2, "get_cuda_device_count", lambda: 1)
+    code, out, _ = _run(capsys, "--model", str(exported), "--device", "auto", *SENTENCES)
+    assert (code, out) == (0, on_cpu)
+    assert "CTranslate2 cannot run on this GPU" in caplog.text and "decoding on the CPU" in caplog.text
+    code, out, err = _run(capsys, "--model", str(exported), "--device", "cuda", "Hi.")
+    assert (code, out) == (1, "")
+    assert err.startswith("translate.py: error: device 'cuda': CTranslate2 cannot run on this GPU (")
+    assert len(err.strip().splitlines()) == 1, err

@@ -19,10 +19,16 @@ differs. Our decoding settings map onto ``ctranslate2.Translator.translate_batch
   that is tiny, but on a near tie between beams it can choose differently.
 - Sampling draws from CTranslate2's own generator: seeded with :meth:`CT2Translator.seed`, a run
   repeats, but the draws differ from PyTorch's for the same seed.
+
+CTranslate2 counts the GPUs the driver shows, but its CUDA libraries (built for one CUDA major
+version) load only when a model does or at its first translation. So a GPU is tried with one token
+before it is used: "auto" decodes on the CPU, with a warning, where CTranslate2 cannot run on the GPU,
+and "cuda" stops with a one-line error.
 """
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import ctranslate2
@@ -33,8 +39,10 @@ from seq2seq.data.batching import pad_ids
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS
 from seq2seq.decoding.steps import Hypothesis, length_penalty, output_limits, rows_by_limit
 from seq2seq.export_folder import ExportError
-from seq2seq.hardware import resolve_ct2_device
+from seq2seq.hardware import DeviceError, resolve_ct2_device
 from seq2seq.inference.translator import TranslatorBase
+
+log = logging.getLogger(__name__)
 
 BEAM_LENGTH_PENALTY = 1e-12  # see the module docstring: nonzero, yet leaves the scores as they are
 
@@ -58,10 +66,24 @@ class CT2Translator(TranslatorBase):
         self.device = resolve_ct2_device(device)
         self._engine_args = {"device": self.device, "compute_type": compute_type, "intra_threads": threads}
         self.directory = Path(directory)
-        self.engine = self._load_engine()
         tokenizer = facts.tokenizer
         self._source_tokens = [tokenizer.src.id_to_token(i) for i in range(tokenizer.src_vocab_size)]
         self._target_ids = {tokenizer.tgt.id_to_token(i): i for i in range(tokenizer.tgt_vocab_size)}
+        self.engine = self._load_engine() if self.device == "cpu" else self._load_on_gpu(device == "auto")
+
+    def _load_on_gpu(self, may_fall_back: bool) -> ctranslate2.Translator:
+        """The engine on the GPU, tried with one token; on the CPU instead where ``may_fall_back``."""
+        try:
+            engine = ctranslate2.Translator(str(self.directory), **self._engine_args)
+            engine.translate_batch([[self._source_tokens[EOS_ID]]], max_decoding_length=1)
+            return engine
+        except RuntimeError as err:
+            reason = str(err).splitlines()[0]
+        if not may_fall_back:
+            raise DeviceError(f"device 'cuda': CTranslate2 cannot run on this GPU ({reason}); use 'cpu'")
+        log.warning("CTranslate2 cannot run on this GPU (%s): decoding on the CPU", reason)
+        self.device = self._engine_args["device"] = "cpu"
+        return self._load_engine()
 
     def _load_engine(self) -> ctranslate2.Translator:
         try:
