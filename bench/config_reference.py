@@ -96,7 +96,8 @@ def schema_rows(schema: type, prefix: str, names: list[str]) -> list[list[str]]:
 
 
 def lightning_type(annotation: Any) -> str:
-    """A Trainer argument's type as YAML can give it: ``int | str | None``, no Python classes."""
+    """A Trainer argument's type as YAML can give it: ``int | str | None``, no Python classes, in one
+    order (scalars, containers, None) whatever order the running Python's typing gives the union in."""
     names: list[str] = []
     for arg in typing.get_args(annotation) if typing.get_origin(annotation) is typing.Union else [annotation]:
         if typing.get_origin(arg) is typing.Literal:
@@ -105,7 +106,8 @@ def lightning_type(annotation: Any) -> str:
             names.append("None")
         elif typing.get_origin(arg) in (list, dict) or arg in (int, float, str, bool):
             names.append(str(arg) if typing.get_origin(arg) else arg.__name__)
-    return " | ".join(dict.fromkeys(names))
+    rank = {"bool": 0, "int": 1, "float": 2, "str": 3, "None": 5}
+    return " | ".join(sorted(dict.fromkeys(names), key=lambda name: rank.get(name, 4)))
 
 
 def trainer_rows() -> list[list[str]]:

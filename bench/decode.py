@@ -18,6 +18,9 @@
     of ``--peer-dtypes``, and at beam 5 by its CTranslate2 int8/float32 and transformers exports
     (``bench/decode_versus.py``), with each one's seconds and BLEU.
 
+``--device cuda`` runs (a) to (c) on the GPU: ours and Marian there, the CTranslate2 exports left out
+(they are timed on a CPU); ``--dtype bf16`` then puts both models' weights in bfloat16.
+
 Repetitions are interleaved and medians reported. Ends with ``RATIO <name> <value> target <t>``.
 Run it on an otherwise idle machine: (a) to (d) keep OpenMP's default wait policy, whose spinning
 threads stall badly when another process takes their core ((e) sets the passive one, as
@@ -26,6 +29,7 @@ threads stall badly when another process takes their core ((e) sets the passive 
     python bench/decode.py [--size small_postnorm] [--reps 3] [--ckpt model.ckpt] [--dtype bf16]
     python bench/decode.py --ckpt new.ckpt --baseline-ckpt old.ckpt [--models-only]
     python bench/decode.py --ckpt model.ckpt --peer /tmp/before --models-only [--sentences 500]
+    python bench/decode.py --device cuda --dtype bf16 [--ckpt model.ckpt]
 """
 
 from __future__ import annotations
@@ -149,7 +153,8 @@ def bench_engines(
     length: int,
     reps: int,
 ) -> dict[str, float]:
-    """(b): ours, Marian (when installed) and the CTranslate2 exports, greedy and beam 4, interleaved."""
+    """(b): ours, Marian (when installed) and the CTranslate2 exports (when given), greedy and beam 4,
+    interleaved."""
     mask = src != PAD_ID
     sources = [row[keep].tolist() for row, keep in zip(src, mask, strict=True)]  # ids with EOS, no padding
 
@@ -188,7 +193,8 @@ def bench_engines(
         f"decode_tokens_per_s_vs_marian_{search}": times[f"marian {search}"] / times[f"ours {search}"]
         for search in ("greedy", "beam4")
     }
-    ratios["ct2_int8_vs_marian_greedy"] = times["marian greedy"] / times["ct2 int8 greedy"]
+    if "ct2 int8 greedy" in times:
+        ratios["ct2_int8_vs_marian_greedy"] = times["marian greedy"] / times["ct2 int8 greedy"]
     return ratios
 
 
@@ -284,6 +290,7 @@ def seconds_lines(label: str, times: dict[str, float]) -> list[str]:
 def bench_random_and_trained(args: argparse.Namespace) -> dict[str, float]:
     """(a), (b) and (c); returns their ratios. ``--dtype auto`` is resolved into ``args.dtype``."""
     torch.manual_seed(0)
+    device = torch.device(args.device)
     cfg, vocab = replace(model_config(args.size), dropout=0.0), VOCAB[args.size]
     distinct = list(dict.fromkeys(sample_corpus_pairs(3 * args.sentences)[0]))
     # the corpus is sorted by length: keep the spread
@@ -291,36 +298,47 @@ def bench_random_and_trained(args: argparse.Namespace) -> dict[str, float]:
     tokenizer = TranslationTokenizer.train(*sample_corpus_pairs(40_000), vocab, shared=True)
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
     if args.dtype == "auto":
-        dtype, reason = resolve_dtype(AUTO, cfg, "cpu")
+        dtype, reason = resolve_dtype(AUTO, cfg, device.type)
         args.dtype = "bf16" if dtype == torch.bfloat16 else "fp32"
         print(f"auto: {args.dtype} ({reason})")
-    model = Transformer(cfg, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size).eval().to(dtype)
+    model = Transformer(cfg, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size).eval().to(device, dtype)
     step = len(sources) // args.batch
     batch_sources = [sources[i * step] for i in range(args.batch)]
-    src = pad_ids([[*ids, EOS_ID] for ids in tokenizer.encode_source(batch_sources)])
+    src = pad_ids([[*ids, EOS_ID] for ids in tokenizer.encode_source(batch_sources)]).to(device)
     threads = torch.get_num_threads()
-    print(f"size {args.size}: {cfg}, vocab {tokenizer.src_vocab_size}, {threads} threads, {args.dtype}")
+    print(
+        f"size {args.size}: {cfg}, vocab {tokenizer.src_vocab_size}, {threads} threads, {args.dtype}, "
+        f"on {device.type}"
+    )
     print(f"batch of {args.batch} real sentences, {src.size(1)} source tokens at most")
     workdir = tempfile.TemporaryDirectory(prefix="bench-decode-")
     random_weights = LoadedModel.around(
         model, "random weights", tokenizer, DecodeConfig(beam_size=5), DataConfig()
     )
-    engines = export_engines(random_weights, Path(workdir.name) / "random", threads)
+    on_cpu = device.type == "cpu"
+    engines = export_engines(random_weights, Path(workdir.name) / "random", threads) if on_cpu else {}
+    if not on_cpu:
+        print("CTranslate2 exports left out: this benchmark times them on a CPU")
 
     generate(model, src, forced(8, beam=2))  # warm-up: thread pool, allocator, kernel selection
     ratios = bench_cache(model, src, args.reps)
     marian = marian_twin(cfg, tokenizer.src_vocab_size)
     if marian is None:
         print("(b) without Marian: transformers is not installed (pip install -e '.[bench]')")
-    ratios.update(bench_engines(model, marian and marian.to(dtype), engines, src, args.marian_len, args.reps))
+    marian = marian and marian.to(device, dtype)
+    ratios.update(bench_engines(model, marian, engines, src, args.marian_len, args.reps))
 
     if args.ckpt:  # the real held-out test split, decoded by the trained model and its exports
         loaded = load_model(args.ckpt)
-        translators = {"ours": Translator(loaded.model.to(dtype), loaded.tokenizer, loaded.decode_config)}
-        translators.update(export_engines(loaded, Path(workdir.name) / "trained", threads))
+        translators = {
+            "ours": Translator(loaded.model.to(dtype), loaded.tokenizer, loaded.decode_config, device=device)
+        }
+        if on_cpu:
+            translators.update(export_engines(loaded, Path(workdir.name) / "trained", threads))
         sources = corpus.references(corpus.load_splits(loaded.data_config)[0]["test"])[0]
     else:
-        translators = {"ours": Translator(model, tokenizer, DecodeConfig(beam_size=5)), **engines}
+        ours = Translator(model, tokenizer, DecodeConfig(beam_size=5), device=device)
+        translators = {"ours": ours, **engines}
     for label, translator in translators.items():
         times = bench_corpus(translator, sources, bool(args.ckpt), label)
         print("\n".join(seconds_lines(label, times)))
@@ -353,6 +371,7 @@ def main() -> None:
         "--models-only", action="store_true", help="(d) or (e) alone, without (a), (b) and (c)"
     )
     parser.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's choice)")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="(a) to (c) on this device")
     parser.add_argument(
         "--dtype",
         choices=["fp32", "bf16", "auto"],
@@ -368,6 +387,10 @@ def main() -> None:
         parser.error(
             "--models-only runs (d), which needs --ckpt and --baseline-ckpt, or (e), which needs --peer"
         )
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: torch sees no CUDA GPU here")
+    if args.device == "cuda" and (args.baseline_ckpt or args.peer):
+        parser.error("--baseline-ckpt and --peer compare decoders on a CPU; leave out --device cuda")
     if args.threads:
         torch.set_num_threads(args.threads)
 

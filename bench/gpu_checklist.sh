@@ -1,23 +1,26 @@
 #!/usr/bin/env bash
 # The GPU checklist in one pass, for a machine lent for minutes, most wanted first: the default
 # `python train.py` (the GPU recipe) with GPU utilisation sampled each second, `translate.py --eval
-# test --beam 5` on its best checkpoint and the run's results record, the training-step benchmark
-# (eager, then compiled), and the tests (one pytest-xdist worker per core, as everywhere: the lent
-# machines have pytest-xdist, and tests/conftest.py gives each worker its share of threads). Each step
-# gets what is left of one deadline, so a slow step shortens the ones after it instead of losing
-# them; every log lands in OUT_DIR.
+# test --beam 5` on its best checkpoint and the run's results record, the decoding benchmark on the
+# GPU (random weights against Marian, then the trained checkpoint), the training-step benchmark, and
+# the tests (one pytest-xdist worker per core, as everywhere: tests/conftest.py gives each worker its
+# share of threads). Each step gets what is left of one deadline, so a slow step shortens the ones
+# after it instead of losing them; every log lands in OUT_DIR.
 #
 #   bash bench/gpu_checklist.sh OUT_DIR [TRAIN_MINUTES (15, the recipe's)] [DEADLINE_SECONDS (1500)]
 #
 # TRAIN_MINUTES 0 skips training and the steps that need its checkpoint, for a machine whose minutes
-# are better spent on the benchmark and the tests (a lent machine's start and the run's own start-up
-# leave no full 15-minute run inside 15 minutes of device time).
+# are better spent on the benchmarks and the tests (a lent machine's start and the run's own start-up
+# leave no full 15-minute run inside 15 minutes of device time). PARTS (default: all of
+# "train decode train_step tests") picks the parts, e.g. PARTS=tests for a second command on the same
+# machine; decode reuses the checkpoint of an earlier train in RUN_DIR when there is one.
 set -u
 out=${1:?usage: bench/gpu_checklist.sh OUT_DIR [TRAIN_MINUTES] [DEADLINE_SECONDS]}
 minutes=${2:-15}
 deadline=$((SECONDS + ${3:-1500}))
 python=${PYTHON:-python3}
 run_dir=${RUN_DIR:-/tmp/gpu-checklist-run}
+parts=" ${PARTS:-train decode train_step tests} "
 mkdir -p "$out"
 
 left() { echo $((deadline - SECONDS)); }
@@ -39,7 +42,7 @@ print('torch', torch.__version__, 'lightning', pl.__version__, 'datasets', datas
     >>"$out/gpu.txt" 2>&1
 cat "$out/gpu.txt"
 
-if ((minutes > 0)); then
+if ((minutes > 0)) && [[ $parts == *" train "* ]]; then
     nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader,nounits -l 1 \
         >"$out/gpu_util.csv" 2>/dev/null &
     sampler=$!
@@ -66,7 +69,11 @@ EOF
     cp "$run_dir/config.yaml" "$out/config.yaml" 2>/dev/null
 fi
 
-step train_step_eager 150 "$python" bench/train_step.py --device cuda --max-tokens 16384
-step train_step_compiled 150 "$python" bench/train_step.py --device cuda --max-tokens 16384 --sizes base --compile
-step tests 1200 "$python" -m pytest -p no:cacheprovider --continue-on-collection-errors
+if [[ $parts == *" decode "* ]]; then
+    trained=()
+    [[ -f $run_dir/checkpoints/best.ckpt ]] && trained=(--ckpt "$run_dir/checkpoints/best.ckpt")
+    step decode 180 "$python" bench/decode.py --device cuda --dtype bf16 "${trained[@]}"
+fi
+[[ $parts == *" train_step "* ]] && step train_step 150 "$python" bench/train_step.py --device cuda --max-tokens 16384
+[[ $parts == *" tests "* ]] && step tests 1200 "$python" -m pytest -p no:cacheprovider --continue-on-collection-errors
 echo "== done with $(left)s of the deadline left" | tee -a "$out/steps.txt"

@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import torch
 from omegaconf import OmegaConf
 
 from seq2seq.config import ModelConfig, validated
@@ -32,11 +33,15 @@ def sample_corpus_pairs(count: int) -> tuple[list[str], list[str]]:
 
 
 def median_times(runs: dict[str, Callable[[], object]], reps: int) -> dict[str, float]:
-    """Median seconds of each run, repetitions interleaved so drifting machine load hits all alike."""
+    """Median seconds of each run, repetitions interleaved so drifting machine load hits all alike.
+
+    Work queued on a GPU is waited for inside each timing, so a run is timed to its last kernel."""
     times: dict[str, list[float]] = {name: [] for name in runs}
     for _ in range(reps):
         for name, run in runs.items():
             start = time.perf_counter()
             run()
+            if torch.cuda.is_initialized():
+                torch.cuda.synchronize()
             times[name].append(time.perf_counter() - start)
     return {name: statistics.median(values) for name, values in times.items()}

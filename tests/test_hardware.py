@@ -283,7 +283,8 @@ def test_training_entry_point_sets_openmp_wait_policy_before_torch_loads(environ
     """libgomp prints the settings it read when torch loaded it (OMP_DISPLAY_ENV): no spinning at
     all (its default spins 300,000 times first), unless the user asked for a policy."""
     env = {key: value for key, value in os.environ.items() if key != "OMP_WAIT_POLICY"}
-    env.update(OMP_DISPLAY_ENV="VERBOSE", PYTHONPATH=str(ROOT))
+    # the tree first; a machine that keeps packages on PYTHONPATH keeps them reachable
+    env.update(OMP_DISPLAY_ENV="VERBOSE", PYTHONPATH=os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]))
     if environment:
         env["OMP_WAIT_POLICY"] = environment
     done = subprocess.run(
