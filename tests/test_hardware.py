@@ -284,7 +284,10 @@ def test_training_entry_point_sets_openmp_wait_policy_before_torch_loads(environ
     all (its default spins 300,000 times first), unless the user asked for a policy."""
     env = {key: value for key, value in os.environ.items() if key != "OMP_WAIT_POLICY"}
     # the tree first; a machine that keeps packages on PYTHONPATH keeps them reachable
-    env.update(OMP_DISPLAY_ENV="VERBOSE", PYTHONPATH=os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]))
+    env.update(
+        OMP_DISPLAY_ENV="VERBOSE",
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])),
+    )
     if environment:
         env["OMP_WAIT_POLICY"] = environment
     done = subprocess.run(
