@@ -35,8 +35,11 @@ def sample_corpus_pairs(count: int) -> tuple[list[str], list[str]]:
 def median_times(runs: dict[str, Callable[[], object]], reps: int) -> dict[str, float]:
     """Median seconds of each run, repetitions interleaved so drifting machine load hits all alike.
 
-    Work queued on a GPU is waited for inside each timing, so a run is timed to its last kernel."""
+    On a GPU (CUDA is asynchronous) the queue is drained before the first run, so earlier kernels
+    finish outside the timings, and inside each timing, so a run is timed to its last kernel."""
     times: dict[str, list[float]] = {name: [] for name in runs}
+    if torch.cuda.is_initialized():
+        torch.cuda.synchronize()
     for _ in range(reps):
         for name, run in runs.items():
             start = time.perf_counter()

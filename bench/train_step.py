@@ -208,18 +208,6 @@ def to_device(batch: Batch, device: torch.device) -> Batch:
     return Batch(*(ids.to(device) for ids in batch))
 
 
-def device_median_times(
-    runs: dict[Any, Callable[[], object]], reps: int, device: torch.device
-) -> dict[Any, float]:
-    """:func:`median_times`, on a GPU with the queue drained before the first run and after each,
-    so that each wall-clock time covers exactly the kernels its run queued (CUDA is asynchronous)."""
-    if device.type != "cuda":
-        return median_times(runs, reps)
-    torch.cuda.synchronize(device)  # the warm-up's kernels finish outside the timings
-    synced = {label: lambda r=run: (r(), torch.cuda.synchronize(device)) for label, run in runs.items()}
-    return median_times(synced, reps)
-
-
 def model_flops(cfg: ModelConfig, model: Transformer, batch: Batch) -> float:
     """Training FLOPs of one step counted from the model's shape and the batch's real tokens."""
     embedding = model.src_embed.tokens.weight.numel()
@@ -271,7 +259,7 @@ def bench_size(
         label: lambda s=step: [s(b) for b in batches] for label, step in steps.items()
     }
     runs["matmul"], matmul_flops, n = square_matmul(dtype, args.device)
-    times = device_median_times(runs, args.reps, args.device)
+    times = median_times(runs, args.reps)
     ceiling = matmul_flops / times.pop("matmul") / 1e9
     print(f"({name}) {len(batches)} real batches of ~{args.max_tokens} tokens/side (median of {args.reps})")
     print(f"  matmul ceiling ({n}x{n}, {dtype}): {ceiling:.0f} GFLOP/s")
@@ -289,7 +277,7 @@ def bench_size(
         (f"train_time_per_token_len64_vs_len16_{variant}", bench_lengths(steps["ours"], data, args), 1.25),
     ]
     if args.dtype == "auto":
-        auto_vs_best = bench_precisions(ours, batches, dtype, args.reps, args.device)
+        auto_vs_best = bench_precisions(ours, batches, dtype, args.reps)
         ratios.append((f"train_auto_vs_best_precision_{name}{on_gpu}", auto_vs_best, 0.95))
     if args.contention:
         ratios += bench_contention(steps, batches, tokens, args, variant)
@@ -305,7 +293,7 @@ def bench_lengths(step: Callable[[Batch], None], data: tuple, args: argparse.Nam
     for batch in by_length.values():
         step(batch)
     runs = {length: lambda b=batch: step(b) for length, batch in by_length.items()}
-    times = device_median_times(runs, args.reps, args.device)
+    times = median_times(runs, args.reps)
     print(
         f"  ours, {args.max_tokens} tokens/side at length 16: {1e3 * times[16]:.0f} ms/step, "
         f"at length 64: {1e3 * times[64]:.0f} ms/step"
@@ -313,9 +301,7 @@ def bench_lengths(step: Callable[[Batch], None], data: tuple, args: argparse.Nam
     return times[64] / times[16]
 
 
-def bench_precisions(
-    model: nn.Module, batches: list[Batch], chosen: torch.dtype, reps: int, device: torch.device
-) -> float:
+def bench_precisions(model: nn.Module, batches: list[Batch], chosen: torch.dtype, reps: int) -> float:
     """Tokens/s of the precision ``auto`` chose over the faster of fp32 and bf16 (and fp16 where
     ``auto`` chose it: CUDA compute capability 7.x), ours, interleaved."""
     dtypes = dict.fromkeys((torch.float32, torch.bfloat16, chosen))
@@ -323,7 +309,7 @@ def bench_precisions(
     for step in steps.values():
         step(batches[0])
     runs = {dtype: (lambda s=step: [s(b) for b in batches]) for dtype, step in steps.items()}
-    times = device_median_times(runs, reps, device)
+    times = median_times(runs, reps)
     print("  ours by precision: " + ", ".join(f"{dtype} {seconds:.2f} s" for dtype, seconds in times.items()))
     return min(times.values()) / times[chosen]
 
@@ -353,7 +339,7 @@ def bench_contention(
     for _ in range(args.reps):
         for state in ("idle", "busy"):
             with busy_process() if state == "busy" else contextlib.nullcontext():
-                for label, seconds in device_median_times(runs, 1, args.device).items():
+                for label, seconds in median_times(runs, 1).items():
                     times.setdefault((label, state), []).append(seconds)
     speed = {key: tokens / statistics.median(values) for key, values in times.items()}
     print(f"  (d) with one busy process on the machine (median of {args.reps}), tokens/s idle -> busy:")
@@ -434,7 +420,7 @@ def bench_bare_step(
         step(batch)
     runs: dict[str, Callable[[], object]] = {"ours": lambda: [step(b) for b in batches]}
     runs["matmul"], matmul_flops, n = square_matmul(dtype, args.device)
-    times = device_median_times(runs, args.reps, args.device)
+    times = median_times(runs, args.reps)
     ceiling = matmul_flops / times["matmul"] / 1e9
     achieved = flops / times["ours"] / 1e9
     print(
