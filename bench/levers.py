@@ -79,6 +79,9 @@ LEVERS = {
     "muon": Lever(("optim.optimizer=muon",)),
     "cooldown_1_sqrt": Lever(("optim.decay_shape=1-sqrt",)),
     "warmup_50": Lever(("optim.warmup_steps=50",)),
+    "qk_norm": Lever(("model.qk_norm=true",)),
+    # the rate that lost 7 BLEU without QK-norm (round 4), which is said to make high rates stable
+    "qk_norm_lr_3e-3_warmup_50": Lever(("model.qk_norm=true", "optim.lr=3e-3", "optim.warmup_steps=50")),
 }
 
 

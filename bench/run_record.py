@@ -74,6 +74,8 @@ def max_time_minutes(value: str | None) -> float | None:
 
 def model_description(model: dict[str, Any]) -> str:
     norm = "pre-norm" if model["norm_first"] else "post-norm"
+    if model.get("qk_norm"):  # a key that records of earlier runs lack
+        norm += ", QK-norm"
     layers = f"{model['n_encoder_layers']}+{model['n_decoder_layers']}"
     return f"d_model {model['d_model']}, {layers} layers, {model['activation']} d_ff {model['d_ff']}, {norm}"
 

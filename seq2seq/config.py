@@ -70,6 +70,7 @@ class ModelConfig:
     max_positions: int = 256  # longest sequence the positional encoding covers
     learned_positions: bool = False  # learned instead of sinusoidal positions
     norm_first: bool = False  # pre-norm; False is the paper's post-norm
+    qk_norm: bool = False  # RMS-normalise each head's queries and keys before the scores
     tie_embeddings: bool = True  # share src/tgt embeddings and the output projection
 
     def __post_init__(self) -> None:

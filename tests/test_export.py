@@ -195,6 +195,12 @@ def test_a_weight_the_spec_has_no_place_for_is_named() -> None:
         build_spec(model, tokenizer)
 
 
+def test_a_qk_norm_model_is_refused_and_the_engine_that_takes_it_named() -> None:
+    model = Transformer(ModelConfig(**{**vars(TINY), "qk_norm": True}), 300, 300)
+    with pytest.raises(ExportError, match=r"does not compute QK-norm.*--to transformers"):
+        build_spec(model, _tokenizer(True))
+
+
 def _export(capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, str]:
     code = export_main(list(argv))
     return code, capsys.readouterr().err

@@ -220,6 +220,7 @@ def test_without_the_package_trust_remote_code_loads_it(
         ({"activation": "swiglu", "d_ff": 43}, "gated swiglu feed-forward"),  # post-norm
         ({"learned_positions": True}, "learned positions"),
         ({"norm_first": True, "tie_embeddings": False, "learned_positions": True}, "untied embeddings"),
+        ({"norm_first": True, "qk_norm": True}, "QK-norm"),
     ],
 )
 def test_what_marian_and_pegasus_lack_gets_the_own_class_and_our_logits(

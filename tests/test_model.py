@@ -37,9 +37,10 @@ def batch() -> tuple[torch.Tensor, torch.Tensor]:
 
 @pytest.mark.parametrize("activation", ACTIVATIONS)
 @pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("qk_norm", [False, True])
 @TRAINING
-def test_encoder_ignores_pad_content_in_every_layer(norm_first, activation, training):
-    model = tiny_model(training, norm_first=norm_first, activation=activation)
+def test_encoder_ignores_pad_content_in_every_layer(qk_norm, norm_first, activation, training):
+    model = tiny_model(training, norm_first=norm_first, activation=activation, qk_norm=qk_norm)
     src, _ = batch()
     memory, _ = model.encode(src)
     # Give the pad token a wild embedding: real positions must not notice, in any layer.
@@ -87,9 +88,10 @@ def test_decoder_ignores_target_pad_content(training):
 
 @pytest.mark.parametrize("activation", ACTIVATIONS)
 @pytest.mark.parametrize("t", [0, 1, 3])
+@pytest.mark.parametrize("qk_norm", [False, True])
 @TRAINING
-def test_decoder_is_causal(t, activation, training):
-    model = tiny_model(training, activation=activation)
+def test_decoder_is_causal(qk_norm, t, activation, training):
+    model = tiny_model(training, activation=activation, qk_norm=qk_norm)
     src, tgt = batch()
     logits = model(src, tgt)
     changed = tgt.clone()
@@ -141,12 +143,13 @@ def test_cached_step_equals_full_decoder(activation, norm_first, learned_positio
 
 
 @pytest.mark.parametrize("activation", ACTIVATIONS)
-def test_training_forward_and_gradients_equal_the_inference_projections(activation):
+@pytest.mark.parametrize("qk_norm", [False, True])
+def test_training_forward_and_gradients_equal_the_inference_projections(qk_norm, activation):
     """Fused Q/K/V and gate/up projections (training) against one matmul per weight (inference)."""
     src, tgt = batch()
     results = []
     for training in (False, True):
-        model = tiny_model(training, activation=activation)
+        model = tiny_model(training, activation=activation, qk_norm=qk_norm)
         logits = model(src, tgt)
         logits.square().mean().backward()
         results.append((logits, {name: p.grad for name, p in model.named_parameters()}))

@@ -103,6 +103,25 @@ def test_resume_continues_the_step_count(tmp_path):
     assert sorted(p.name for p in last.parent.iterdir()) == ["best.ckpt", "last.ckpt"]  # no best-v1.ckpt
 
 
+@pytest.mark.parametrize("variant", ["optim.optimizer=adamw", "optim.optimizer=muon", "model.qk_norm=true"])
+def test_a_resumed_run_ends_with_the_weights_of_one_that_ran_through(tmp_path, variant) -> None:
+    """Each optimizer's state and each model variant's weights survive the checkpoint."""
+    cache, steps = tmp_path / "cache", ("trainer.max_epochs=-1", "trainer.max_steps=8")
+    train(tiny_run(tmp_path / "through", cache, variant, *steps))
+    train(tiny_run(tmp_path / "resumed", cache, variant, "trainer.max_epochs=-1", "trainer.max_steps=4"))
+    last = tmp_path / "resumed" / "checkpoints" / "last.ckpt"
+    train(tiny_run(tmp_path / "resumed", cache, variant, *steps, f"ckpt_path={last}"))
+    through, resumed = (
+        torch.load(tmp_path / d / "checkpoints" / "last.ckpt") for d in ("through", "resumed")
+    )
+    assert resumed["global_step"] == through["global_step"] == 8
+    for name, weight in through["state_dict"].items():
+        torch.testing.assert_close(resumed["state_dict"][name], weight, msg=name)
+    translator = open_model(last, device="cpu").translator  # the checkpoint carries the variant
+    assert translator.model.cfg.qk_norm == (variant == "model.qk_norm=true")
+    assert all(isinstance(best.text, str) for best, *_ in translator.translate(["How are you?"]))
+
+
 @pytest.mark.parametrize(
     ("override", "message"),
     [("model.d_model=33", r"model\.d_model"), ("decode.sampling=true", r"decode\.sampling=true would make")],

@@ -46,6 +46,8 @@ def variant_checkpoint(directory: Path, trained_ckpt: Path, **changes) -> Path:
         if isinstance(module, torch.nn.LayerNorm):
             module.weight.data.uniform_(0.5, 1.5)
             module.bias.data.uniform_(-0.5, 0.5)
+        if isinstance(module, torch.nn.RMSNorm):  # QK-norm gains
+            module.weight.data.uniform_(0.5, 1.5)
         if getattr(module, "positions", None) is not None:  # learned positions start at zero
             module.positions.data.normal_()
     meta = entry(cfg, DecodeConfig(), loaded.data_config, loaded.tokenizer)

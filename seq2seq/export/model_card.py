@@ -92,6 +92,8 @@ def model_card(loaded: LoadedModel, checkpoint: Path, choice: Choice) -> str:
     src, tgt = (LANGUAGES.get(code, code) for code in (data.source_lang, data.target_lang))
     parameters = loaded.model.num_parameters()
     norm = "pre-norm" if cfg.norm_first else "post-norm (as in the paper)"
+    if cfg.qk_norm:
+        norm += ", each head's queries and keys RMS-normalised (QK-norm)"
     activation = ACTIVATIONS[cfg.activation]
     positions = "learned" if cfg.learned_positions else "sinusoidal"
     data_line = data.attribution or f"`{data.path}` (no data.attribution was configured)"

@@ -119,6 +119,11 @@ def _vocabulary(tokenizer: TranslationTokenizer, side: str, size: int) -> list[s
 def build_spec(model: Transformer, tokenizer: TranslationTokenizer) -> transformer_spec.TransformerSpec:
     """The CTranslate2 spec of ``model`` with every weight set; raises ExportError if one has no place."""
     cfg = model.cfg
+    if cfg.qk_norm:  # its spec takes QK-norm weights, but the log-probabilities then differ from ours
+        raise ExportError(
+            "CTranslate2's encoder-decoder Transformer does not compute QK-norm as this model does;"
+            " export it with --to transformers"
+        )
     spec = transformer_spec.TransformerSpec.from_config(
         (cfg.n_encoder_layers, cfg.n_decoder_layers),
         cfg.n_heads,

@@ -58,7 +58,7 @@ OWN_PREFIXES = {
 TIED_COPIES = ("tgt_embed.tokens.weight", "generator.weight")  # src_embed.tokens.weight, when tied
 OWN_CONFIG_FIELDS = (  # ModelConfig's fields that the own class's config carries under the same name
     "d_model", "n_heads", "n_encoder_layers", "n_decoder_layers", "d_ff", "activation", "max_positions",
-    "learned_positions", "norm_first", "tie_embeddings", "dropout", "attention_dropout",
+    "learned_positions", "norm_first", "qk_norm", "tie_embeddings", "dropout", "attention_dropout",
 )  # fmt: skip
 
 

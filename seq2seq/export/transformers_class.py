@@ -49,6 +49,8 @@ def builtin_gaps(cfg: ModelConfig) -> list[str]:
         gaps.append(f"the gated {cfg.activation} feed-forward (theirs is {' or '.join(BUILTIN_ACTIVATIONS)})")
     if cfg.learned_positions:
         gaps.append("learned positions (theirs are sinusoidal)")
+    if cfg.qk_norm:
+        gaps.append("QK-norm (theirs scores the raw queries and keys)")
     if cfg.norm_first and not cfg.tie_embeddings:
         gaps.append("untied embeddings in a pre-norm model (Pegasus has one embedding table)")
     return gaps

@@ -35,6 +35,7 @@ class Seq2SeqTransformerConfig(PretrainedConfig):
         learned_positions: bool | None = None,  # else seq2seq's interleaved sinusoidal table
         norm_first: bool | None = None,  # pre-norm, with a final LayerNorm on each side
         tie_embeddings: bool | None = None,  # one table: source, target and output projection
+        qk_norm: bool = False,  # RMS norms of each head's queries and keys
         dropout: float = 0.0,
         attention_dropout: float = 0.0,
         use_cache: bool = True,
@@ -51,6 +52,7 @@ class Seq2SeqTransformerConfig(PretrainedConfig):
         self.learned_positions = learned_positions
         self.norm_first = norm_first
         self.tie_embeddings = tie_embeddings
+        self.qk_norm = qk_norm
         self.dropout = dropout
         self.attention_dropout = attention_dropout
         self.use_cache = use_cache

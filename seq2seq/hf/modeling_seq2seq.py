@@ -77,7 +77,8 @@ class Embedding(nn.Module):
 
 
 class Attention(nn.Module):
-    """Multi-head attention with a fused key/value projection, as seq2seq's ``MultiHeadAttention``."""
+    """Multi-head attention with a fused key/value projection, as seq2seq's ``MultiHeadAttention``;
+    with ``qk_norm``, each head's queries and keys are RMS-normalised (eps 1e-5) before the scores."""
 
     def __init__(self, config: Seq2SeqTransformerConfig) -> None:
         super().__init__()
@@ -87,6 +88,9 @@ class Attention(nn.Module):
         self.q_proj = nn.Linear(d, d)
         self.kv_proj = nn.Linear(d, 2 * d)
         self.out_proj = nn.Linear(d, d)
+        head_dim = d // config.n_heads
+        self.q_norm = nn.RMSNorm(head_dim, eps=1e-5) if config.qk_norm else nn.Identity()
+        self.k_norm = nn.RMSNorm(head_dim, eps=1e-5) if config.qk_norm else nn.Identity()
 
     def split_heads(self, x: Tensor) -> Tensor:
         b, t, d = x.shape
@@ -95,12 +99,12 @@ class Attention(nn.Module):
     def project_kv(self, source: Tensor) -> tuple[Tensor, Tensor]:
         """Keys and values of ``source`` (B, Tk, D), each (B, H, Tk, D/H)."""
         k, v = self.kv_proj(source).chunk(2, dim=-1)
-        return self.split_heads(k), self.split_heads(v)
+        return self.k_norm(self.split_heads(k)), self.split_heads(v)
 
     def forward(self, x: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
         """Queries ``x`` (B, Tq, D) over projected ``k``/``v``; ``mask`` (True: may attend) broadcasts
         to (B, H, Tq, Tk)."""
-        q = self.split_heads(self.q_proj(x))  # (B, H, Tq, D/H)
+        q = self.q_norm(self.split_heads(self.q_proj(x)))  # (B, H, Tq, D/H)
         dropout = self.dropout if self.training else 0.0
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
         return self.out_proj(out.transpose(1, 2).flatten(2))  # (B, Tq, D): heads concatenated

@@ -14,6 +14,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+QK_NORM_EPS = 1e-5  # the LayerNorms' epsilon, so an export that takes one epsilon for all norms fits
+
 
 def padding_mask(ids: Tensor, pad_id: int) -> Tensor:
     """Key-column mask hiding pad tokens: (B, K) ids -> (B, 1, 1, K)."""
@@ -76,15 +78,22 @@ class MultiHeadAttention(nn.Module):
     are): fewer, larger operations, and under bf16 autocast the input is cast once instead of twice
     (its effect in fp32: docs/performance.md). Inference keeps two matmuls,
     which spares every decoding step the concatenation.
+
+    ``qk_norm`` RMS-normalises each head's queries and keys (with a learned gain) before the
+    scores, which bounds the logits whatever the projections grow to; the cache then holds
+    normalised keys.
     """
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0) -> None:
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, qk_norm: bool = False) -> None:
         super().__init__()
         self.n_heads = n_heads
         self.dropout = dropout
         self.q_proj = nn.Linear(d_model, d_model)
         self.kv_proj = nn.Linear(d_model, 2 * d_model)
         self.out_proj = nn.Linear(d_model, d_model)
+        head_dim = d_model // n_heads
+        self.q_norm = nn.RMSNorm(head_dim, eps=QK_NORM_EPS) if qk_norm else nn.Identity()
+        self.k_norm = nn.RMSNorm(head_dim, eps=QK_NORM_EPS) if qk_norm else nn.Identity()
 
     def _split_heads(self, x: Tensor) -> Tensor:
         b, t, d = x.shape
@@ -93,20 +102,20 @@ class MultiHeadAttention(nn.Module):
     def project_kv(self, source: Tensor) -> tuple[Tensor, Tensor]:
         """Keys and values of ``source`` (B, Tk, D), each (B, H, Tk, D/H)."""
         k, v = self.kv_proj(source).chunk(2, dim=-1)  # 2 x (B, Tk, D)
-        return self._split_heads(k), self._split_heads(v)
+        return self.k_norm(self._split_heads(k)), self._split_heads(v)
 
     def project_qkv(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Queries, keys and values of ``x`` (B, T, D) in one matmul, each (B, H, T, D/H)."""
         weight = torch.cat([self.q_proj.weight, self.kv_proj.weight])  # (3D, D)
         bias = torch.cat([self.q_proj.bias, self.kv_proj.bias])  # (3D,)
         q, k, v = F.linear(x, weight, bias).chunk(3, dim=-1)  # 3 x (B, T, D)
-        return self._split_heads(q), self._split_heads(k), self._split_heads(v)
+        return self.q_norm(self._split_heads(q)), self.k_norm(self._split_heads(k)), self._split_heads(v)
 
     def attend(
         self, x: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, need_weights: bool = False
     ) -> tuple[Tensor, Tensor | None]:
         """Attend from queries ``x`` (B, Tq, D) over projected ``k``/``v``; returns (B, Tq, D) and weights."""
-        return self._attend_heads(self._split_heads(self.q_proj(x)), k, v, mask, need_weights)
+        return self._attend_heads(self.q_norm(self._split_heads(self.q_proj(x))), k, v, mask, need_weights)
 
     def _attend_heads(
         self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, need_weights: bool

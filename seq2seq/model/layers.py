@@ -88,7 +88,7 @@ class EncoderLayer(nn.Module):
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
-        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout, cfg.qk_norm)
         self.ffn = feed_forward(cfg)
         self.attn_block = AddNorm(cfg.d_model, cfg.dropout, cfg.norm_first)
         self.ffn_block = AddNorm(cfg.d_model, cfg.dropout, cfg.norm_first)
@@ -155,8 +155,8 @@ class DecoderLayer(nn.Module):
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
-        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
-        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout, cfg.qk_norm)
+        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout, cfg.qk_norm)
         self.ffn = feed_forward(cfg)
         self.self_block = AddNorm(cfg.d_model, cfg.dropout, cfg.norm_first)
         self.cross_block = AddNorm(cfg.d_model, cfg.dropout, cfg.norm_first)
