@@ -227,6 +227,7 @@ TABLES: dict[str, Callable[[dict[str, dict[str, Any]], Any], str]] = {
     "levers-round2": levers_table,
     "levers-round3": levers_table,
     "levers-round4": levers_table,
+    "ceiling": levers_table,
     "curve": curve_table,
     "table": table_record,
     "deltas": lever_deltas,

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-QK_NORM_EPS = 1e-5  # the LayerNorms' epsilon, so an export that takes one epsilon for all norms fits
+QK_NORM_EPS = 1e-5  # nn.LayerNorm's; seq2seq/hf/modeling_seq2seq.py, which imports no seq2seq, repeats it
 
 
 def padding_mask(ids: Tensor, pad_id: int) -> Tensor:
