@@ -117,6 +117,17 @@ def test_position_beyond_max_fails_clearly():
         model.encode(torch.ones(1, 33, dtype=torch.long))
 
 
+def cached_steps(model: Transformer, tgt: torch.Tensor, memory, src_mask, capacity: int) -> torch.Tensor:
+    """The logits of feeding ``tgt`` (B, T) one token at a time through the cache: (B, T, V)."""
+    model.eval()
+    cache = model.start_cache(memory, src_mask, capacity)
+    steps = []
+    for t in range(tgt.size(1)):
+        logits, cache = model.step(tgt[:, t], cache)
+        steps.append(logits)
+    return torch.stack(steps, dim=1)
+
+
 @pytest.mark.parametrize("capacity", [1, 32])  # 1: the buffers must grow while decoding
 @pytest.mark.parametrize("norm_first", [False, True])
 @pytest.mark.parametrize("learned_positions", [False, True])
@@ -133,13 +144,44 @@ def test_cached_step_equals_full_decoder(activation, norm_first, learned_positio
     tgt[0, 4] = 22  # no padding inside the prefix fed step by step
     memory, src_mask = model.encode(src)
     full = model.decode(tgt, memory, src_mask)
-    model.eval()
-    cache = model.start_cache(memory, src_mask, capacity)
-    steps = []
-    for t in range(tgt.size(1)):
-        logits, cache = model.step(tgt[:, t], cache)
-        steps.append(logits)
-    torch.testing.assert_close(torch.stack(steps, dim=1), full, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        cached_steps(model, tgt, memory, src_mask, capacity), full, atol=1e-5, rtol=1e-5
+    )
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@TRAINING
+def test_cached_step_equals_full_decoder_with_qk_norm(norm_first, training):
+    """The cache holds normalised keys; the step normalises its one query as the full decoder does."""
+    model = tiny_model(training, norm_first=norm_first, qk_norm=True, activation="swiglu")
+    for name, gain in model.named_parameters():
+        if name.endswith(("q_norm.weight", "k_norm.weight")):
+            torch.nn.init.uniform_(gain, 0.5, 2.0)  # gains away from 1, so a missed norm shows
+    src, tgt = batch()
+    tgt[0, 4] = 22
+    memory, src_mask = model.encode(src)
+    full = model.decode(tgt, memory, src_mask)
+    torch.testing.assert_close(cached_steps(model, tgt, memory, src_mask, 1), full, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("qk_norm", [False, True])
+@TRAINING
+def test_qk_norm_makes_the_scores_ignore_the_scale_of_queries_and_keys(qk_norm, training):
+    """Scaling W_q and W_k changes each head's q and k by a factor; RMS-normalised, they are the same."""
+    model = tiny_model(training, qk_norm=qk_norm)
+    src, tgt = batch()
+    logits = model(src, tgt)
+    with torch.no_grad():
+        for layer in (*model.encoder_layers, *model.decoder_layers):
+            layer.self_attn.q_proj.weight.mul_(7.0)
+            layer.self_attn.q_proj.bias.mul_(7.0)
+            layer.self_attn.kv_proj.weight[:16].mul_(3.0)  # the K rows (scaled up: eps stays negligible)
+            layer.self_attn.kv_proj.bias[:16].mul_(3.0)
+    scaled = model(src, tgt)
+    if qk_norm:
+        torch.testing.assert_close(scaled, logits, atol=1e-4, rtol=1e-4)
+    else:
+        assert not torch.allclose(scaled, logits, atol=1e-3)
 
 
 @pytest.mark.parametrize("activation", ACTIVATIONS)
