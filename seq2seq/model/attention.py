@@ -14,6 +14,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from seq2seq.model.rms_norm import RMSNorm
+
 QK_NORM_EPS = 1e-5  # nn.LayerNorm's; seq2seq/hf/modeling_seq2seq.py, which imports no seq2seq, repeats it
 
 
@@ -92,30 +94,32 @@ class MultiHeadAttention(nn.Module):
         self.kv_proj = nn.Linear(d_model, 2 * d_model)
         self.out_proj = nn.Linear(d_model, d_model)
         head_dim = d_model // n_heads
-        self.q_norm = nn.RMSNorm(head_dim, eps=QK_NORM_EPS) if qk_norm else nn.Identity()
-        self.k_norm = nn.RMSNorm(head_dim, eps=QK_NORM_EPS) if qk_norm else nn.Identity()
+        self.q_norm = RMSNorm(head_dim, eps=QK_NORM_EPS) if qk_norm else nn.Identity()
+        self.k_norm = RMSNorm(head_dim, eps=QK_NORM_EPS) if qk_norm else nn.Identity()
 
-    def _split_heads(self, x: Tensor) -> Tensor:
+    def _split_heads(self, x: Tensor, norm: nn.Module | None = None) -> Tensor:
+        """(B, T, D) -> (B, H, T, D/H); ``norm`` runs first, while each head's row is contiguous."""
         b, t, d = x.shape
-        return x.view(b, t, self.n_heads, d // self.n_heads).transpose(1, 2)  # (B, H, T, D/H)
+        heads = x.view(b, t, self.n_heads, d // self.n_heads)  # (B, T, H, D/H)
+        return (heads if norm is None else norm(heads)).transpose(1, 2)
 
     def project_kv(self, source: Tensor) -> tuple[Tensor, Tensor]:
         """Keys and values of ``source`` (B, Tk, D), each (B, H, Tk, D/H)."""
         k, v = self.kv_proj(source).chunk(2, dim=-1)  # 2 x (B, Tk, D)
-        return self.k_norm(self._split_heads(k)), self._split_heads(v)
+        return self._split_heads(k, self.k_norm), self._split_heads(v)
 
     def project_qkv(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Queries, keys and values of ``x`` (B, T, D) in one matmul, each (B, H, T, D/H)."""
         weight = torch.cat([self.q_proj.weight, self.kv_proj.weight])  # (3D, D)
         bias = torch.cat([self.q_proj.bias, self.kv_proj.bias])  # (3D,)
         q, k, v = F.linear(x, weight, bias).chunk(3, dim=-1)  # 3 x (B, T, D)
-        return self.q_norm(self._split_heads(q)), self.k_norm(self._split_heads(k)), self._split_heads(v)
+        return self._split_heads(q, self.q_norm), self._split_heads(k, self.k_norm), self._split_heads(v)
 
     def attend(
         self, x: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, need_weights: bool = False
     ) -> tuple[Tensor, Tensor | None]:
         """Attend from queries ``x`` (B, Tq, D) over projected ``k``/``v``; returns (B, Tq, D) and weights."""
-        return self._attend_heads(self.q_norm(self._split_heads(self.q_proj(x))), k, v, mask, need_weights)
+        return self._attend_heads(self._split_heads(self.q_proj(x), self.q_norm), k, v, mask, need_weights)
 
     def _attend_heads(
         self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, need_weights: bool
