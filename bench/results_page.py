@@ -161,8 +161,13 @@ def table_record(records: dict[str, dict[str, Any]], name: str) -> str:
     return markdown(record["header"], [[str(cell) for cell in row] for row in record["rows"]])
 
 
+def spread(scores: list[float]) -> str:
+    return f"{max(scores) - min(scores):.2f}"
+
+
 def lever_deltas(records: dict[str, dict[str, Any]], table: str) -> str:
-    """Each lever's test BLEU (beam 5) and val BLEU minus the default's of the same seed and budget."""
+    """Each lever's test BLEU (beam 5) and val BLEU minus the default's of the same seed and budget;
+    then, for each budget the default ran on two seeds or more, how far its seeds lie apart."""
     rows_in = rows_of(records, table)
     defaults = {
         (r["seed"], r["budget"]): r
@@ -177,11 +182,12 @@ def lever_deltas(records: dict[str, dict[str, Any]], table: str) -> str:
         test = tests(record, 5)[-1]["bleu"] - tests(default, 5)[-1]["bleu"]
         rows.append([place.get("label", record["lever"]), str(record["seed"]), f"{test:+.2f}",
                      f"{record['val_bleu'] - default['val_bleu']:+.2f}"])  # fmt: skip
-    seeds = sorted({(s, b) for s, b in defaults if b == "962 steps"})
-    if len(seeds) > 1:
-        scores = [tests(defaults[key], 5)[-1]["bleu"] for key in seeds]
-        rows.append(["(the default's seed spread)", " vs ".join(str(s) for s, _ in seeds),
-                     f"{max(scores) - min(scores):.2f}", "—"])  # fmt: skip
+    for budget in dict.fromkeys(budget for _, budget in defaults):
+        runs = [defaults[key] for key in sorted(defaults) if key[1] == budget]
+        if len(runs) > 1:
+            seeds = " vs ".join(str(r["seed"]) for r in runs)
+            test, val = spread([tests(r, 5)[-1]["bleu"] for r in runs]), spread([r["val_bleu"] for r in runs])
+            rows.append([f"(the default's seed spread, {budget})", seeds, test, val])
     return markdown(["lever", "seed", "test BLEU (beam 5) - default's", "val BLEU - default's"], rows)
 
 

@@ -2,9 +2,9 @@
 
 ``nn.RMSNorm`` on a CPU runs as a chain of small ATen ops (square, mean, add, rsqrt, two
 products), and autograd records each, so its backward is twice as long again. Applied to every
-head's queries and keys in every attention, that chain cost the training step about a tenth of its
-time (docs/performance.md). This version saves the normalised input and the inverse RMS, and its
-backward is four products and one reduction. The module keeps ``nn.RMSNorm``'s parameter
+head's queries and keys in every attention, that chain made a QK-norm step markedly slower
+(the figures: docs/performance.md). This version saves the normalised input and the inverse RMS,
+and its backward is a few products and two reductions. The module keeps ``nn.RMSNorm``'s parameter
 (``weight``) and maths, so checkpoints and exports see no difference.
 """
 
