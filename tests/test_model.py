@@ -173,10 +173,12 @@ def test_qk_norm_makes_the_scores_ignore_the_scale_of_queries_and_keys(qk_norm, 
     logits = model(src, tgt)
     with torch.no_grad():
         for layer in (*model.encoder_layers, *model.decoder_layers):
-            layer.self_attn.q_proj.weight.mul_(7.0)
-            layer.self_attn.q_proj.bias.mul_(7.0)
-            layer.self_attn.kv_proj.weight[:16].mul_(3.0)  # the K rows (scaled up: eps stays negligible)
-            layer.self_attn.kv_proj.bias[:16].mul_(3.0)
+            attn = layer.self_attn
+            d_model = attn.q_proj.out_features
+            attn.q_proj.weight.mul_(7.0)
+            attn.q_proj.bias.mul_(7.0)
+            attn.kv_proj.weight[:d_model].mul_(3.0)  # the K rows (scaled up: eps stays negligible)
+            attn.kv_proj.bias[:d_model].mul_(3.0)
     scaled = model(src, tgt)
     if qk_norm:
         torch.testing.assert_close(scaled, logits, atol=1e-4, rtol=1e-4)
