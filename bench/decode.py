@@ -13,6 +13,9 @@
 (d) With ``--ckpt NEW --baseline-ckpt OLD``: two trained models end to end, e.g. the previous
     default run's against the new default's (issue #27): beam 5 and greedy over NEW's test split
     in float32, both models interleaved, with each one's seconds and BLEU.
+(f) With ``--ckpt CKPT --compare-dtypes float32 bfloat16``: the checkpoint's test split in each
+    dtype on ``--device``, in this process after a warm-up (200 sentences), greedy and beam 5,
+    repetitions interleaved: seconds, BLEU, and the share of beam-5 lines equal to the first dtype's.
 (e) With ``--ckpt CKPT --peer DIR``: the same checkpoint's test split decoded by this tree and by
     the checkout in DIR (e.g. ``git worktree add /tmp/before <commit>``), beam 5 and greedy in each
     of ``--peer-dtypes``, and at beam 5 by its CTranslate2 int8/float32 and transformers exports
@@ -30,11 +33,13 @@ threads stall badly when another process takes their core ((e) sets the passive 
     python bench/decode.py --ckpt new.ckpt --baseline-ckpt old.ckpt [--models-only]
     python bench/decode.py --ckpt model.ckpt --peer /tmp/before --models-only [--sentences 500]
     python bench/decode.py --device cuda --dtype bf16 [--ckpt model.ckpt]
+    python bench/decode.py --device cuda --ckpt model.ckpt --compare-dtypes float32 bfloat16 [--reps 3]
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import statistics
 import sys
 import tempfile
@@ -61,9 +66,10 @@ from seq2seq.data.tokenizer import EOS_ID, PAD_ID, TranslationTokenizer  # noqa:
 from seq2seq.decoding import generate, greedy_search  # noqa: E402
 from seq2seq.export.to_ctranslate2 import export_model  # noqa: E402
 from seq2seq.export_folder import load_bundle  # noqa: E402
-from seq2seq.hardware import AUTO, describe, resolve_dtype  # noqa: E402
+from seq2seq.hardware import AUTO, INFERENCE_DTYPES, describe, resolve_dtype  # noqa: E402
 from seq2seq.inference.backends import open_model  # noqa: E402
 from seq2seq.inference.ct2_translator import CT2Translator  # noqa: E402
+from seq2seq.inference.evaluation import score  # noqa: E402
 from seq2seq.inference.translator import DEFAULT_BATCH_TOKENS, Translator, TranslatorBase  # noqa: E402
 from seq2seq.model import Transformer  # noqa: E402
 
@@ -88,6 +94,10 @@ TARGETS = {  # RATIO name (or its prefix) -> target
     "decode_beam5_vs_peer_float32": 2.2,
     "decode_greedy_vs_peer": 2,
     "decode_beam5_vs_ct2_int8": 1,  # faster than the CTranslate2 int8 export
+    "decode_test_beam5_seconds": 0.6,  # (f) on a GPU: at most this, the base model's test split
+    "decode_test_greedy_seconds": 0.25,
+    "decode_beam5_speed_vs_float32": 1,  # (f) another dtype no slower than float32 (float32 s / its s)
+    "decode_greedy_speed_vs_float32": 1,
 }
 
 
@@ -234,6 +244,49 @@ def bench_corpus(
     return {"worst_case": worst, "reference_lengths": typical}
 
 
+def compare_dtypes(ckpt: str, device: torch.device, dtypes: list[str], reps: int) -> dict[str, float]:
+    """(f): the test split in each dtype, after a warm-up, interleaved; seconds, BLEU, agreement."""
+    loaded = load_model(ckpt)
+    sources, references = corpus.references(corpus.load_splits(loaded.data_config)[0]["test"])
+    translators = {
+        name: Translator(
+            loaded.model, loaded.tokenizer, loaded.decode_config, device, dtype=INFERENCE_DTYPES[name]
+        )
+        for name in dtypes
+    }
+    seconds: dict[tuple[str, int], list[float]] = {}
+    outputs: dict[tuple[str, int], list[str]] = {}
+    for translator in translators.values():  # warm-up: kernels, the allocator, library set-up
+        list(translator.translate(sources[:200], translator.settings(beam=5)))
+    for _ in range(reps):
+        for (name, translator), beam in itertools.product(translators.items(), (1, 5)):
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            outputs[name, beam] = [
+                best.text for best, *_ in translator.translate(sources, translator.settings(beam=beam))
+            ]
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            seconds.setdefault((name, beam), []).append(time.perf_counter() - start)
+    ratios, first = {}, dtypes[0]
+    print(f"(f) {ckpt}: {len(sources)} test sentences on {device}, medians of {reps}")
+    for (name, beam), times in seconds.items():
+        median = statistics.median(times)
+        same = sum(a == b for a, b in zip(outputs[name, beam], outputs[first, beam], strict=True))
+        bleu = score(outputs[name, beam], references)["bleu"]
+        search = "beam5" if beam == 5 else "greedy"
+        print(
+            f"  {name} {search}: {median:.3f} s, BLEU {bleu:.2f}, {same} of {len(sources)} lines as {first}'s"
+        )
+        ratios[f"decode_test_{search}_seconds_{name}"] = median
+        if name != first:
+            ratios[f"decode_{search}_speed_vs_float32_{name}"] = (
+                statistics.median(seconds[first, beam]) / median
+            )
+    return ratios
+
+
 def bench_models(baseline_ckpt: str, ckpt: str, reps: int) -> dict[str, float]:
     """(d): the baseline's seconds over the model's (beam 5, greedy) and the model's BLEU gain, on
     the model's test split in float32; repetitions interleaved, medians."""
@@ -331,13 +384,15 @@ def bench_random_and_trained(args: argparse.Namespace) -> dict[str, float]:
     if args.ckpt:  # the real held-out test split, decoded by the trained model and its exports
         loaded = load_model(args.ckpt)
         translators = {
-            "ours": Translator(loaded.model.to(dtype), loaded.tokenizer, loaded.decode_config, device=device)
+            "ours": Translator(
+                loaded.model, loaded.tokenizer, loaded.decode_config, device=device, dtype=dtype
+            )
         }
         if on_cpu:
             translators.update(export_engines(loaded, Path(workdir.name) / "trained", threads))
         sources = corpus.references(corpus.load_splits(loaded.data_config)[0]["test"])[0]
     else:
-        ours = Translator(model, tokenizer, DecodeConfig(beam_size=5), device=device)
+        ours = Translator(model, tokenizer, DecodeConfig(beam_size=5), device=device, dtype=dtype)
         translators = {"ours": ours, **engines}
     for label, translator in translators.items():
         times = bench_corpus(translator, sources, bool(args.ckpt), label)
@@ -368,6 +423,12 @@ def main() -> None:
     )
     parser.add_argument("--no-exports", action="store_true", help="(e) without the exports")
     parser.add_argument(
+        "--compare-dtypes",
+        nargs="+",
+        choices=sorted(INFERENCE_DTYPES),
+        help="(f) these dtypes, first the reference",
+    )
+    parser.add_argument(
         "--models-only", action="store_true", help="(d) or (e) alone, without (a), (b) and (c)"
     )
     parser.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's choice)")
@@ -379,6 +440,8 @@ def main() -> None:
         help="weights of both decoders; auto = what translate.py --dtype auto picks here",
     )
     args = parser.parse_args()
+    if args.compare_dtypes and not args.ckpt:
+        parser.error("--compare-dtypes decodes the test split of the checkpoint of --ckpt")
     if args.baseline_ckpt and not args.ckpt:
         parser.error("--baseline-ckpt compares with the model of --ckpt")
     if args.peer and not args.ckpt:
@@ -395,6 +458,12 @@ def main() -> None:
         torch.set_num_threads(args.threads)
 
     print(describe())
+    if args.compare_dtypes:
+        device = torch.device(args.device)
+        for name, value in compare_dtypes(args.ckpt, device, args.compare_dtypes, args.reps).items():
+            target = next(t for prefix, t in TARGETS.items() if name.startswith(prefix))
+            print(f"RATIO {name} {value:.3f} target {target}")
+        return
     if not args.models_only:
         ratios = bench_random_and_trained(args)
         suffix = "" if args.dtype == "fp32" else f"_{args.dtype}"

@@ -1,26 +1,26 @@
 #!/usr/bin/env bash
 # The GPU checklist in one pass, for a machine lent for minutes, most wanted first: the default
 # `python train.py` (the GPU recipe) with GPU utilisation sampled each second, `translate.py --eval
-# test --beam 5` on its best checkpoint and the run's results record, the decoding benchmark on the
-# GPU (random weights against Marian, then the trained checkpoint), the training-step benchmark, and
-# the tests (one pytest-xdist worker per core, as everywhere: tests/conftest.py gives each worker its
+# test --beam 5` on its best checkpoint and the run's results record; then the test split decoded
+# in float32 and bfloat16 in one process (bench/decode.py --compare-dtypes), the training loop
+# profiled on the GPU (bench/step_profile.py --device cuda), the training-step benchmark, and the
+# tests (one pytest-xdist worker per core, as everywhere: tests/conftest.py gives each worker its
 # share of threads). Each step gets what is left of one deadline, so a slow step shortens the ones
 # after it instead of losing them; every log lands in OUT_DIR.
 #
 #   bash bench/gpu_checklist.sh OUT_DIR [TRAIN_MINUTES (15, the recipe's)] [DEADLINE_SECONDS (1500)]
 #
 # TRAIN_MINUTES 0 skips training and the steps that need its checkpoint, for a machine whose minutes
-# are better spent on the benchmarks and the tests (a lent machine's start and the run's own start-up
-# leave no full 15-minute run inside 15 minutes of device time). PARTS (default: all of
-# "train decode train_step tests") picks the parts, e.g. PARTS=tests for a second command on the same
-# machine; decode reuses the checkpoint of an earlier train in RUN_DIR when there is one.
+# are better spent on the benchmarks and the tests. PARTS (default: all of
+# "train decode profile train_step tests") picks the parts, e.g. PARTS=tests for a second command on
+# the same machine; decode reuses the checkpoint of an earlier train in RUN_DIR when there is one.
 set -u
 out=${1:?usage: bench/gpu_checklist.sh OUT_DIR [TRAIN_MINUTES] [DEADLINE_SECONDS]}
 minutes=${2:-15}
 deadline=$((SECONDS + ${3:-1500}))
 python=${PYTHON:-python3}
 run_dir=${RUN_DIR:-/tmp/gpu-checklist-run}
-parts=" ${PARTS:-train decode train_step tests} "
+parts=" ${PARTS:-train decode profile train_step tests} "
 mkdir -p "$out"
 
 left() { echo $((deadline - SECONDS)); }
@@ -50,15 +50,18 @@ if ((minutes > 0)) && [[ $parts == *" train "* ]]; then
     step train $((minutes * 60 + 150)) "$python" train.py "trainer.max_time=00:00:$(printf %02d "$minutes"):00" \
         "hydra.run.dir=$run_dir"
     kill "$sampler" 2>/dev/null
+    # Whole process, and from the first busy sample to the last: training with its validations.
     "$python" - "$out/gpu_util.csv" <<'EOF' | tee "$out/gpu_util.txt"
 import statistics, sys
 rows = [line.split(", ") for line in open(sys.argv[1]) if line.count(",") == 2]
 util, memory = [float(r[1]) for r in rows], [float(r[2]) for r in rows]
 if not util:
     sys.exit("no utilisation samples")
-busy = [u for u in util if u > 0] or [0.0]
-print(f"samples {len(util)} (1 s apart, the whole train.py process); utilisation mean {statistics.mean(util):.1f} %,"
-      f" median {statistics.median(util):.0f} %; mean of non-idle samples {statistics.mean(busy):.1f} %;"
+busy = [i for i, u in enumerate(util) if u > 0] or [0]
+training = util[busy[0] : busy[-1] + 1]
+print(f"samples {len(util)} (1 s apart, the whole train.py process): utilisation mean {statistics.mean(util):.1f} %,"
+      f" median {statistics.median(util):.0f} %; first to last busy sample ({len(training)} s):"
+      f" mean {statistics.mean(training):.1f} %, median {statistics.median(training):.0f} %;"
       f" peak memory.used {max(memory) / 1024:.2f} GiB")
 EOF
 
@@ -67,13 +70,16 @@ EOF
     step record 60 "$python" bench/results_page.py --records "$out" record "$run_dir" --name gpu-checklist \
         --test-metrics "$out/test_metrics.json" --machine "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
     cp "$run_dir/config.yaml" "$out/config.yaml" 2>/dev/null
+    cp "$run_dir/train.log" "$out/train_log.txt" 2>/dev/null
 fi
 
-if [[ $parts == *" decode "* ]]; then
-    trained=()
-    [[ -f $run_dir/checkpoints/best.ckpt ]] && trained=(--ckpt "$run_dir/checkpoints/best.ckpt")
-    step decode 180 "$python" bench/decode.py --device cuda --dtype bf16 "${trained[@]}"
+if [[ $parts == *" decode "* ]] && [[ -f $run_dir/checkpoints/best.ckpt ]]; then
+    step decode 150 "$python" bench/decode.py --device cuda --ckpt "$run_dir/checkpoints/best.ckpt" \
+        --compare-dtypes float32 bfloat16 --reps 3
 fi
-[[ $parts == *" train_step "* ]] && step train_step 150 "$python" bench/train_step.py --device cuda --max-tokens 16384
+[[ $parts == *" profile "* ]] && step profile 120 "$python" bench/step_profile.py --device cuda \
+    --warmup 40 --loop-steps 20
+[[ $parts == *" train_step "* ]] && step train_step 150 "$python" bench/train_step.py --device cuda \
+    --max-tokens 16384 --sizes base
 [[ $parts == *" tests "* ]] && step tests 1200 "$python" -m pytest -p no:cacheprovider --continue-on-collection-errors
 echo "== done with $(left)s of the deadline left" | tee -a "$out/steps.txt"

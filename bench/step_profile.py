@@ -16,8 +16,14 @@ loss's own work as loss; every other ATen op as elementwise. Framework is the re
 Python, Lightning's hooks and logging, autograd's bookkeeping, the profiler's own cost. Prints a
 Markdown table (ms per step and share of the step, both parts), and the unprofiled ms per step.
 
+``--device cuda`` profiles (b) on the GPU, the GPU recipe as ``train.py`` runs it there, with CUDA
+activity: the wall time per step against the time the GPU spent in kernels (how busy the loop
+keeps it), the calls that make the host wait for the device, per step, and the kernels that take
+the GPU's time.
+
     python bench/step_profile.py [--dtype fp32|bf16|auto] [--steps 3] [--loop-steps 10] [--part bare loop]
                                  [--set KEY=VALUE ...]
+    python bench/step_profile.py --device cuda [--loop-steps 20] [--warmup 30] [--set KEY=VALUE ...]
 """
 
 from __future__ import annotations
@@ -39,8 +45,9 @@ import seq2seq.threads  # noqa: E402, F401  (OpenMP's wait policy as in training
 # isort: split
 import pytorch_lightning as pl  # noqa: E402
 import torch  # noqa: E402
+from torch.autograd import DeviceType  # noqa: E402
 from torch.autograd.profiler_util import FunctionEvent  # noqa: E402
-from torch.profiler import profile  # noqa: E402
+from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 from bench.loop_run import compose_default, run_loop, with_recipe  # noqa: E402
 from bench.train_step import ours_loss, train_step_fn  # noqa: E402
@@ -73,6 +80,14 @@ ATTENTION = ("scaled_dot_product", "ScaledDotProduct")
 NORMS = ("layer_norm", "LayerNorm")
 LOSS = ("SmoothedCrossEntropy",)  # the loss's autograd Function, forward and backward, old and new
 PRECISIONS = {"fp32": "32-true", "bf16": "bf16-mixed", "auto": "auto"}
+# Calls after which the host waits for the GPU: reading a device value, and explicit waits.
+HOST_WAITS = (
+    "aten::_local_scalar_dense",
+    "aten::nonzero",
+    "cudaStreamSynchronize",
+    "cudaDeviceSynchronize",
+    "cudaEventSynchronize",
+)
 
 
 def _ancestors(event: FunctionEvent) -> list[str]:
@@ -168,13 +183,15 @@ def _labelled(method: Callable[..., Any]) -> Callable[..., Any]:
 
 
 class ProfiledWindow(pl.Callback):
-    """After ``warmup`` steps, times ``steps`` steps, then profiles as many and stops the run."""
+    """After ``warmup`` steps, times ``steps`` steps, then profiles as many and stops the run; with
+    ``cuda``, the profile records the GPU's kernels too."""
 
-    def __init__(self, warmup: int, steps: int) -> None:
-        self.warmup, self.steps = warmup, steps
+    def __init__(self, warmup: int, steps: int, cuda: bool = False) -> None:
+        self.warmup, self.steps, self.cuda = warmup, steps, cuda
         self.marks: dict[str, float] = {}
         self.prof: profile | None = None
         self.split: Split | None = None
+        self.gpu_lines: list[str] = []
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """Labels the module's training step and backward, which Lightning calls from the optimizer's step."""
@@ -187,24 +204,55 @@ class ProfiledWindow(pl.Callback):
             self.marks["timed"] = now
         elif step == self.warmup + self.steps:
             self.marks["unprofiled"] = now - self.marks["timed"]
-            self.prof = profile()
+            activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.cuda else [])
+            self.prof = profile(activities=activities)
             self.prof.__enter__()
             self.marks["profiled"] = time.perf_counter()
         elif step == self.warmup + 2 * self.steps:
+            if self.cuda:
+                torch.cuda.synchronize()
+                now = time.perf_counter()
             self.prof.__exit__(None, None, None)
             wall = now - self.marks["profiled"]
             self.split = Split.of(self.prof, wall, self.steps, self.marks["unprofiled"])
+            if self.cuda:
+                self.gpu_lines = gpu_summary(self.prof, wall, self.steps, self.marks["unprofiled"])
             trainer.should_stop = True
 
 
-def profile_loop(overrides: list[str], warmup: int, steps: int) -> Split:
-    """(b) the real loop, in this process."""
-    window = ProfiledWindow(warmup, steps)
+def gpu_summary(prof: profile, wall_s: float, steps: int, unprofiled_s: float) -> list[str]:
+    """How busy the profiled steps kept the GPU, what made the host wait, and the kernels' time."""
+    kernels: dict[str, float] = {}
+    waits = dict.fromkeys(HOST_WAITS, 0)
+    for event in prof.events():
+        if event.device_type == DeviceType.CUDA:
+            kernels[event.name] = kernels.get(event.name, 0.0) + event.self_device_time_total
+        elif event.name in waits:
+            waits[event.name] += 1
+    busy_ms = sum(kernels.values()) / 1e3 / steps
+    wall_ms = 1e3 * wall_s / steps
+    lines = [
+        f"GPU: {wall_ms:.1f} ms/step profiled ({1e3 * unprofiled_s / steps:.1f} unprofiled), "
+        f"kernels {busy_ms:.1f} ms/step: the GPU busy {100 * busy_ms / max(wall_ms, 1e-9):.0f} % of the step",
+        "host waits per step: " + ", ".join(f"{name} {count / steps:g}" for name, count in waits.items()),
+        "| kernel | ms/step | share of kernel time |",
+        "|---|---:|---:|",
+    ]
+    for name, us in sorted(kernels.items(), key=lambda item: -item[1])[:12]:
+        lines.append(f"| {name[:90]} | {us / 1e3 / steps:.2f} | {100 * us / 1e3 / steps / busy_ms:.1f} % |")
+    if not kernels:
+        lines.append("| (no kernel recorded) | 0 | |")
+    return lines
+
+
+def profile_loop(overrides: list[str], warmup: int, steps: int, cuda: bool = False) -> ProfiledWindow:
+    """(b) the real loop, in this process; the window holds the split (and the GPU's summary)."""
+    window = ProfiledWindow(warmup, steps, cuda)
     with tempfile.TemporaryDirectory(prefix="profile-") as output_dir:
         run_loop(ROOT, with_recipe(overrides), [window], Path(output_dir))
     if window.split is None:
         sys.exit(f"error: the run ended before {warmup + 2 * steps} steps")
-    return window.split
+    return window
 
 
 def table(splits: dict[str, Split]) -> list[str]:
@@ -237,8 +285,13 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=3, help="(b) loop steps before those")
     parser.add_argument("--part", nargs="+", choices=["bare", "loop"], default=["bare", "loop"])
     parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="Hydra overrides")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="cuda: (b) on the GPU")
     args = parser.parse_args()
     print(describe())
+    if args.device == "cuda":  # the GPU recipe, its precision chosen as train.py chooses it there
+        window = profile_loop(args.set, args.warmup, args.loop_steps, cuda=True)
+        print("\n".join([*table({"loop step": window.split}), "", *window.gpu_lines]))
+        return
     cfg = compose_default([*args.set, f"trainer.precision={PRECISIONS[args.dtype]}"])
     precision, reason = resolve_precision(
         cfg.trainer.precision, validated(ModelConfig, cfg.model, "model"), "cpu"
@@ -249,7 +302,7 @@ def main() -> None:
     if "bare" in args.part:
         splits["bare step"] = profile_bare(cfg, precision_dtype(str(precision)), args.steps)
     if "loop" in args.part:
-        splits["loop step"] = profile_loop(overrides, args.warmup, args.loop_steps)
+        splits["loop step"] = profile_loop(overrides, args.warmup, args.loop_steps).split
     print("\n".join(table(splits)))
 
 

@@ -131,7 +131,7 @@ def ours_loss(model: Transformer, batch: Batch) -> Tensor:
     and accuracy it logs) at real target tokens only."""
     memory, src_mask = model.encode(batch.src)
     states = model.decode_states(batch.tgt_in, memory, src_mask)
-    sums = sequence_loss(states, model.generator.weight, batch.tgt_out, 0.1, PAD_ID)
+    sums = sequence_loss(states, model.generator.weight, batch.tgt_out, 0.1, PAD_ID, batch.tgt_real)
     return sums.loss / sums.tokens
 
 
@@ -196,7 +196,7 @@ def fixed_length_batch(
 
     src = rows(tokenizer.encode_source(sources), length - 1)
     tgt = rows(tokenizer.encode_target(targets), length - 1)
-    return Batch(
+    return Batch.of(
         pad_ids([[*row, EOS_ID] for row in src]),
         pad_ids([[BOS_ID, *row] for row in tgt]),
         pad_ids([[*row, EOS_ID] for row in tgt]),
@@ -205,7 +205,7 @@ def fixed_length_batch(
 
 def to_device(batch: Batch, device: torch.device) -> Batch:
     """The batch's id tensors on ``device``: timed steps then copy nothing from the host."""
-    return Batch(*(ids.to(device) for ids in batch))
+    return batch.to(device)
 
 
 def model_flops(cfg: ModelConfig, model: Transformer, batch: Batch) -> float:

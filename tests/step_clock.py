@@ -18,19 +18,27 @@ CLOCKED = (timer, fit_loop, training_epoch_loop, evaluation_loop, budget, progre
 
 
 class StepClock:
-    """``seconds_per_step`` seconds pass with each optimizer step and no time passes otherwise."""
+    """``seconds_per_step`` seconds pass with each optimizer step and no time passes otherwise; the
+    first ``slow_steps`` steps take ``slow_seconds`` each instead, as a GPU's first steps do."""
 
-    def __init__(self, seconds_per_step: float) -> None:
+    def __init__(self, seconds_per_step: float, slow_steps: int = 0, slow_seconds: float = 0.0) -> None:
         self.seconds_per_step = seconds_per_step
+        self.slow_steps, self.slow_seconds = slow_steps, slow_seconds
         self.trainer: pl.Trainer | None = None
 
     def monotonic(self) -> float:
-        return 0.0 if self.trainer is None else self.trainer.global_step * self.seconds_per_step
+        if self.trainer is None:
+            return 0.0
+        step = self.trainer.global_step
+        slow = min(step, self.slow_steps)
+        return slow * self.slow_seconds + (step - slow) * self.seconds_per_step
 
 
-def step_clock(monkeypatch: pytest.MonkeyPatch, seconds_per_step: float) -> StepClock:
+def step_clock(
+    monkeypatch: pytest.MonkeyPatch, seconds_per_step: float, slow_steps: int = 0, slow_seconds: float = 0.0
+) -> StepClock:
     """Installs a :class:`StepClock` for the runs that ``training.train`` builds from now on."""
-    clock = StepClock(seconds_per_step)
+    clock = StepClock(seconds_per_step, slow_steps, slow_seconds)
     build_trainer = training.build_trainer
 
     def build_with_clock(*args: object) -> pl.Trainer:

@@ -217,7 +217,7 @@ def test_translate_auto_decodes_in_the_dtype_of_the_cpu_and_says_so(checkpoint, 
     expected = CPU_CLASSES[cpu][3]
     assert open_model(checkpoint, device="cpu").translator.dtype == expected
     assert translate_main(["--ckpt", str(checkpoint), "--device", "cpu", "--eval", "test"]) == 0
-    compute = "PyTorch float32 (" if cpu == "no-bf16" else "PyTorch bfloat16 autocast ("
+    compute = "PyTorch float32 (" if cpu == "no-bf16" else "PyTorch bfloat16 ("
     assert f"compute = {compute}" in capsys.readouterr().out
 
 

@@ -25,7 +25,7 @@ from seq2seq.training.run import train
 CPU_SETS = (
     "model=small, trainer=default, data.max_tokens=2500, optim.lr=0.0015, optim.warmup_steps=200, "
     "optim.ema_decay=0.995, optim.schedule=wsd, optim.dropout_min_epochs=10, "
-    "trainer.max_time=00:00:30:00, trainer.val_check_interval=0.5"
+    "trainer.max_time=00:00:30:00, trainer.max_epochs=-1, trainer.val_check_interval=0.5"
 )
 
 

@@ -20,15 +20,32 @@ from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 
 class Batch(NamedTuple):
-    """Padded id tensors: src (B, S), tgt_in (B, T) = BOS + y, tgt_out (B, T) = y + EOS."""
+    """Padded id tensors: src (B, S), tgt_in (B, T) = BOS + y, tgt_out (B, T) = y + EOS; and what
+    the step needs to know of its real (non-pad) tokens, counted on the host when the batch is made
+    (:meth:`of`), so that a step on a GPU never waits for the device to count them."""
 
     src: torch.Tensor
     tgt_in: torch.Tensor
     tgt_out: torch.Tensor
+    tgt_real: torch.Tensor  # (N,) positions of tgt_out's real tokens in its flattened (B·T,) view
+    src_tokens: int  # real source tokens
+
+    @classmethod
+    def of(cls, src: torch.Tensor, tgt_in: torch.Tensor, tgt_out: torch.Tensor) -> Batch:
+        """The batch of these id tensors, its real tokens counted where they are (the host, in a loader)."""
+        tgt_real = (tgt_out != PAD_ID).flatten().nonzero().squeeze(1)  # (N,)
+        return cls(src, tgt_in, tgt_out, tgt_real, int((src != PAD_ID).sum()))
 
     def real_tokens(self) -> int:
         """Source and target tokens that are not padding: what tokens/s counts."""
-        return int((self.src != PAD_ID).sum() + (self.tgt_out != PAD_ID).sum())
+        return self.src_tokens + self.tgt_real.numel()
+
+    def to(self, device: torch.device | str) -> Batch:
+        """The batch's tensors on ``device``."""
+        return self._replace(**{name: getattr(self, name).to(device) for name in TENSORS})
+
+
+TENSORS = ("src", "tgt_in", "tgt_out", "tgt_real")  # the fields of a Batch that are tensors
 
 
 def pair_lengths(src_len: np.ndarray, tgt_len: np.ndarray) -> np.ndarray:
@@ -54,7 +71,7 @@ def collate(examples: list[dict]) -> Batch:
     src = pad_ids([[*ex["src_ids"], EOS_ID] for ex in examples])  # (B, S)
     tgt_in = pad_ids([[BOS_ID, *ex["tgt_ids"]] for ex in examples])  # (B, T)
     tgt_out = pad_ids([[*ex["tgt_ids"], EOS_ID] for ex in examples])  # (B, T)
-    return Batch(src, tgt_in, tgt_out)
+    return Batch.of(src, tgt_in, tgt_out)
 
 
 def pack(order: np.ndarray, lengths: np.ndarray, max_tokens: int) -> list[np.ndarray]:

@@ -16,6 +16,7 @@ with the PyTorch model through :func:`seq2seq.decoding.generate`;
 
 from __future__ import annotations
 
+import copy
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
@@ -88,7 +89,7 @@ class TranslatorBase(ABC):
     @property
     @abstractmethod
     def compute(self) -> str:
-        """Engine and number type, e.g. "PyTorch bfloat16 autocast": reports that compare two decoders
+        """Engine and number type, e.g. "PyTorch bfloat16": reports that compare two decoders
         state it for each side, since bf16 rounding alone can change a near-tie's output."""
 
     def settings(
@@ -138,7 +139,12 @@ class TranslatorBase(ABC):
 
 
 class Translator(TranslatorBase):
-    """A PyTorch model, its tokenizer and decoding settings, ready to turn strings into translations."""
+    """A PyTorch model, its tokenizer and decoding settings, ready to turn strings into translations.
+
+    The search runs in ``dtype`` with the weights converted to it once, here, on a copy when the
+    model is in another dtype (the model given stays as it is: validation decodes a training run's
+    weights). Autocast instead would cast every weight again at every decoding step.
+    """
 
     def __init__(
         self,
@@ -151,18 +157,18 @@ class Translator(TranslatorBase):
     ) -> None:
         super().__init__(tokenizer, decode_cfg, model.cfg.max_positions, batch_tokens)
         self.device = torch.device(device)
-        self.dtype = dtype  # bf16/fp16 run under autocast; the weights stay as they are
+        self.dtype = dtype
+        if model.generator.weight.dtype != dtype:
+            model = copy.deepcopy(model).to(dtype=dtype)
         self.model = model.to(self.device).eval()
 
     @property
     def compute(self) -> str:
-        name = str(self.dtype).removeprefix("torch.")
-        return f"PyTorch {name}" if self.dtype == torch.float32 else f"PyTorch {name} autocast"
+        return f"PyTorch {str(self.dtype).removeprefix('torch.')}"
 
     def search(self, sources: list[list[int]], cfg: DecodeConfig) -> list[list[Hypothesis]]:
         """Decode one batch of encoded sources (non-empty, from :meth:`encode`)."""
-        with torch.autocast(self.device.type, dtype=self.dtype, enabled=self.dtype != torch.float32):
-            return generate(self.model, pad_ids(sources).to(self.device), cfg)
+        return generate(self.model, pad_ids(sources).to(self.device), cfg)
 
     def seed(self, seed: int) -> None:
         torch.manual_seed(seed)

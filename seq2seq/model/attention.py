@@ -16,6 +16,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from seq2seq.model.rms_norm import RMSNorm
 
+# SDPA's GPU kernels in order of preference, cuDNN's left out (see fast_attention).
+GPU_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 QK_NORM_EPS = 1e-5  # nn.LayerNorm's; seq2seq/hf/modeling_seq2seq.py, which imports no seq2seq, repeats it
 
 
@@ -44,21 +46,28 @@ def reference_attention(
 
 
 def fast_attention(
-    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, dropout_p: float = 0.0
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, dropout_p: float = 0.0, causal: bool = False
 ) -> Tensor:
     """Same maths as :func:`reference_attention` through the fused SDPA kernel; no weights.
+    ``causal`` adds the look-ahead mask inside the kernel (self-attention, Tq == Tk), which lets a
+    GPU take the flash kernel, which takes no mask tensor.
 
-    Two CPU cases take other routes, both faster there (docs/performance.md): training in bf16
-    takes SDPA's math backend, since the CPU flash kernel's bf16 backward is slow, and a single
-    query per row (one decoding step) takes two small matmuls, cheaper than the flash kernel's
-    setup.
+    On a GPU, cuDNN's attention is left out: it plans each new shape on the host for milliseconds,
+    and batches and decoding steps bring new shapes all the time (docs/performance.md). Two CPU
+    cases take other routes, both faster there: training in bf16 takes SDPA's math backend, since
+    the CPU flash kernel's bf16 backward is slow, and a single query per row (one decoding step)
+    takes two small matmuls, cheaper than the flash kernel's setup.
     """
-    if q.device.type == "cpu" and q.size(-2) == 1 and not (dropout_p and q.requires_grad):
+    if q.device.type == "cuda":
+        with sdpa_kernel(GPU_BACKENDS):
+            return F.scaled_dot_product_attention(q, k, v, mask, dropout_p, is_causal=causal)
+    on_cpu = q.device.type == "cpu"
+    if on_cpu and q.size(-2) == 1 and not causal and not (dropout_p and q.requires_grad):
         return _single_query_attention(q, k, v, mask)
-    if q.device.type == "cpu" and q.dtype != torch.float32 and q.requires_grad:
+    if on_cpu and q.dtype != torch.float32 and q.requires_grad:
         with sdpa_kernel(SDPBackend.MATH):
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+            return F.scaled_dot_product_attention(q, k, v, mask, dropout_p, is_causal=causal)
+    return F.scaled_dot_product_attention(q, k, v, mask, dropout_p, is_causal=causal)
 
 
 def _single_query_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
@@ -122,22 +131,33 @@ class MultiHeadAttention(nn.Module):
         return self._attend_heads(self._split_heads(self.q_proj(x), self.q_norm), k, v, mask, need_weights)
 
     def _attend_heads(
-        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, need_weights: bool
+        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, need_weights: bool, causal: bool = False
     ) -> tuple[Tensor, Tensor | None]:
-        """Projected ``q`` (B, H, Tq, D/H) over ``k``/``v``, through the output projection."""
+        """Projected ``q`` (B, H, Tq, D/H) over ``k``/``v``, through the output projection; ``causal``
+        adds the look-ahead mask to ``mask``."""
         dropout_p = self.dropout if self.training else 0.0
         if need_weights:
+            if causal:
+                look_ahead = causal_mask(q.size(-2), q.device)  # (Tq, Tk)
+                mask = look_ahead if mask is None else mask & look_ahead
             out, weights = reference_attention(q, k, v, mask, dropout_p)
         else:
-            out, weights = fast_attention(q, k, v, mask, dropout_p), None
+            out, weights = fast_attention(q, k, v, mask, dropout_p, causal), None
         out = out.transpose(1, 2).flatten(2)  # (B, Tq, D): heads concatenated
         return self.out_proj(out), weights
 
     def forward(
-        self, x: Tensor, memory: Tensor | None = None, mask: Tensor | None = None, need_weights: bool = False
+        self,
+        x: Tensor,
+        memory: Tensor | None = None,
+        mask: Tensor | None = None,
+        need_weights: bool = False,
+        causal: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
-        """Full (non-incremental) attention; ``mask`` broadcasts to (B, H, Tq, Tk)."""
+        """Full (non-incremental) attention; ``mask`` broadcasts to (B, H, Tq, Tk), and ``causal``
+        (self-attention only) adds the look-ahead mask to it."""
         if memory is None and self.training:
-            return self._attend_heads(*self.project_qkv(x), mask, need_weights)
+            return self._attend_heads(*self.project_qkv(x), mask, need_weights, causal)
         k, v = self.project_kv(x if memory is None else memory)
-        return self.attend(x, k, v, mask, need_weights)
+        q = self._split_heads(self.q_proj(x), self.q_norm)
+        return self._attend_heads(q, k, v, mask, need_weights, causal)

@@ -166,15 +166,19 @@ class DecoderLayer(nn.Module):
         self,
         x: Tensor,
         memory: Tensor,
-        tgt_mask: Tensor,
+        tgt_mask: Tensor | None,
         src_mask: Tensor,
         weights: dict[str, list[Tensor]] | None = None,
     ) -> Tensor:
-        """x: (B, T, D); memory: (B, S, D); tgt_mask: (B, 1, T, T); src_mask: (B, 1, 1, S)."""
+        """x: (B, T, D); memory: (B, S, D); src_mask: (B, 1, 1, S); tgt_mask: (B, 1, 1, T) key
+        padding, to which self-attention adds the look-ahead mask, or None for right-padded targets,
+        where the look-ahead mask alone hides every pad key from every real query."""
         want = weights is not None
         self_w = weights["self"] if want else None
         cross_w = weights["cross"] if want else None
-        x = self.self_block(x, lambda h: _record(self.self_attn(h, mask=tgt_mask, need_weights=want), self_w))
+        x = self.self_block(
+            x, lambda h: _record(self.self_attn(h, mask=tgt_mask, need_weights=want, causal=True), self_w)
+        )
         x = self.cross_block(
             x, lambda h: _record(self.cross_attn(h, memory, mask=src_mask, need_weights=want), cross_w)
         )

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor, nn
 
 from seq2seq.config import SPECIAL_IDS, ModelConfig, SpecialIds
-from seq2seq.model.attention import causal_mask, padding_mask
+from seq2seq.model.attention import padding_mask
 from seq2seq.model.dropout import Dropout
 from seq2seq.model.layers import DecoderLayer, EncoderLayer, LayerCache
 
@@ -171,12 +171,15 @@ class Transformer(nn.Module):
     def decode_states(
         self, tgt: Tensor, memory: Tensor, src_mask: Tensor, attention: dict[str, list[Tensor]] | None = None
     ) -> Tensor:
-        """The decoder's final states, which ``generator`` turns into logits. tgt: (B, T) -> (B, T, D).
+        """The decoder's final states, which ``generator`` turns into logits. tgt: (B, T) -> (B, T, D),
+        right-padded, as every batch here is.
 
         Training projects them with the loss, at real target tokens only
-        (:func:`~seq2seq.training.loss.sequence_loss`).
+        (:func:`~seq2seq.training.loss.sequence_loss`). With right padding, the look-ahead mask
+        alone keeps every real token from the pad keys (they all come after it), so the fused path
+        passes no mask tensor at all; the explicit path, whose weights are shown, masks the pad keys too.
         """
-        tgt_mask = padding_mask(tgt, self.pad_id) & causal_mask(tgt.size(1), tgt.device)  # (B, 1, T, T)
+        tgt_mask = padding_mask(tgt, self.pad_id) if attention is not None else None  # (B, 1, 1, T)
         x = self.tgt_embed(tgt)
         for layer in self.decoder_layers:
             x = layer(x, memory, tgt_mask, src_mask, attention)

@@ -26,7 +26,8 @@ log = logging.getLogger(__name__)
 
 MEASURE_SECONDS = 60.0  # training time over which the step rate is measured (less in short runs)
 MEASURE_SHARE = 0.05  # ...or this share of max_time, whichever is shorter
-MEASURE_STEPS = 10  # ...and at least this many steps, so that a GPU's slow first steps average out
+MEASURE_STEPS = 10  # ...and at least this many steps
+WARMUP_SHARE = 0.5  # the first half of that window is warm-up, left out of the rate
 
 
 def inverse_sqrt_factor(step: int, warmup_steps: int) -> float:
@@ -45,6 +46,12 @@ def wsd_factor(
     left = min(1.0, max(0.0, (1.0 - progress) / decay_share)) if decay_share > 0 else 1.0  # 1 -> 0
     decay = left if decay_shape == "linear" else 1.0 - math.sqrt(1.0 - left)
     return warmup * decay
+
+
+def clock_time(seconds: float) -> str:
+    """``H:MM:SS`` for a duration in seconds."""
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes // 60}:{minutes % 60:02d}:{secs:02d}"
 
 
 def time_limit(trainer: pl.Trainer) -> Timer | None:
@@ -68,16 +75,36 @@ def step_share(step: int, budget: float) -> float:
     return (step + 1) / budget if math.isfinite(budget) and budget > 0 else 0.0
 
 
-def estimated_steps(step: int, measured: int, spent: float, elapsed: float, remaining: float) -> float | None:
+def measuring_window(elapsed: float, remaining: float) -> float:
+    """Seconds of training after which the step rate is known, for a ``max_time`` of ``elapsed`` +
+    ``remaining`` seconds: :data:`MEASURE_SECONDS`, or :data:`MEASURE_SHARE` of a short run."""
+    return min(MEASURE_SECONDS, MEASURE_SHARE * (elapsed + remaining))
+
+
+def estimated_steps(step: int, measured: int, spent: float, window: float, remaining: float) -> float | None:
     """The steps a time-limited run will have made at its end, said at ``step`` from ``measured``
-    steps that took ``spent`` seconds, with ``elapsed`` and ``remaining`` seconds of ``max_time``.
-    None while the measurement is too short to trust: a GPU's first steps are much slower than the
-    rest, so a measure of the first few alone underestimates the run many times over
-    (docs/results.md, the run ``h200-base-2min``)."""
-    window = min(MEASURE_SECONDS, MEASURE_SHARE * (elapsed + remaining))
-    if spent < window or measured < MEASURE_STEPS:
+    steps that took ``spent`` seconds, with ``remaining`` seconds of ``max_time`` left. None while
+    the measurement covers less than the part of ``window`` after its warm-up, or fewer than
+    :data:`MEASURE_STEPS` steps. The warm-up is left out because a GPU's first steps are several
+    times slower than the rest (new shapes, the allocator growing), so a rate that counts them
+    underestimates the run many times over (docs/training.md, Budget)."""
+    if spent < (1.0 - WARMUP_SHARE) * window or measured < MEASURE_STEPS:
         return None
     return step + measured / spent * remaining
+
+
+def limits(trainer: pl.Trainer) -> str:
+    """What can end the run, in words: the clock, the step and epoch caps, early stopping."""
+    timer = time_limit(trainer)
+    parts = [f"max_time {clock_time(timer.time_elapsed() + timer.time_remaining())}"] if timer else []
+    if trainer.max_steps >= 0:
+        parts.append(f"max_steps {trainer.max_steps}")
+    if trainer.max_epochs is not None and trainer.max_epochs >= 0:
+        parts.append(f"max_epochs {trainer.max_epochs}")
+    stopper = trainer.early_stopping_callback
+    if stopper is not None:
+        parts.append(f"early stopping after {stopper.patience} validations without a gain in val/bleu")
+    return ", ".join(parts) + ", whichever comes first" if len(parts) > 1 else (parts or ["none"])[0]
 
 
 def set_dropout(model: Transformer, enabled: bool) -> None:
@@ -92,8 +119,9 @@ def set_dropout(model: Transformer, enabled: bool) -> None:
 class Budget(pl.Callback):
     """Before each step, puts the share of the budget spent once it is done into
     ``pl_module.progress``; the LR scheduler, stepped right after it, reads it for the next step.
-    Once the step rate is known, estimates the epochs the run will see and keeps dropout off below
-    ``dropout_min_epochs``; the decision is logged and kept across resumes. Under DDP,
+    Once the step rate is known (measured after a warm-up), estimates the epochs the run will see
+    and keeps dropout off below ``dropout_min_epochs``; the decision is logged and kept across
+    resumes, and the run's end logs the estimate against the steps made. Under DDP,
     rank 0's progress and step-rate measurement are broadcast, so every rank schedules alike.
     """
 
@@ -101,10 +129,13 @@ class Budget(pl.Callback):
         self.dropout_min_epochs = dropout_min_epochs
         self.epochs: float | None = None  # the estimate, once made
         self._step_budget = math.inf  # max_steps, or max_epochs worth of steps, known at the start
+        self._started: float | None = None  # the clock at the first step's end
         self._measure_from: tuple[float, int] | None = None  # (clock, step) where measuring began
+        self._estimate: tuple[int, float] | None = None  # (step, steps estimated) at the decision
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: Any) -> None:
         self._step_budget = trainer.estimated_stepping_batches
+        log.info("limits: %s", limits(trainer))
         if self.dropout_min_epochs <= 0:
             return
         if self.epochs is None and time_limit(trainer) is None:  # the steps alone decide
@@ -120,23 +151,41 @@ class Budget(pl.Callback):
     ) -> None:
         if self.dropout_min_epochs <= 0 or self.epochs is not None:
             return
+        timer = time_limit(trainer)  # not None: step budgets decide at the start
         now, step = time.monotonic(), trainer.global_step
-        if self._measure_from is None:  # the first step pays for warm-up: measure from the next
-            self._measure_from = (now, step)
+        if self._started is None:  # the first step's end starts the clock: it paid for set-up
+            self._started = now
+            return
+        window = measuring_window(timer.time_elapsed(), timer.time_remaining())
+        if self._measure_from is None:
+            if now - self._started >= WARMUP_SHARE * window:
+                self._measure_from = (now, step)
             return
         started, first_step = self._measure_from
-        timer = time_limit(trainer)  # not None: step budgets decide at the start
-        estimate = estimated_steps(
-            step, step - first_step, now - started, timer.time_elapsed(), timer.time_remaining()
-        )
+        estimate = estimated_steps(step, step - first_step, now - started, window, timer.time_remaining())
         steps = None if estimate is None else min(self._step_budget, estimate)
         # Every rank broadcasts at every step until the decision: rank 0's clock alone says when and
         # how many steps, so the ranks decide at the same step and never wait on a skipped broadcast.
         steps = trainer.strategy.broadcast(steps)
         if steps is None:
             return
+        self._estimate = (step, steps)
         self._decide(trainer, pl_module, steps)
         set_dropout(pl_module.model, self.epochs >= self.dropout_min_epochs)
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: Any) -> None:
+        """The estimate against the steps the run made: how far the dropout rule could trust it."""
+        if self._estimate is None or trainer.interrupted:
+            return
+        at_step, estimate = self._estimate
+        made = trainer.global_step
+        log.info(
+            "budget: %d steps made; %.0f estimated at step %d (%+.0f%%)",
+            made,
+            estimate,
+            at_step,
+            100 * (estimate - made) / max(made, 1),
+        )
 
     def _decide(self, trainer: pl.Trainer, pl_module: Any, steps: float) -> None:
         steps_per_epoch = max(trainer.num_training_batches / trainer.accumulate_grad_batches, 1.0)

@@ -32,7 +32,7 @@ class LossSums(NamedTuple):
     loss: Tensor  # label-smoothed cross-entropy, differentiable
     nll: Tensor  # plain negative log-likelihood, for perplexity
     correct: Tensor  # tokens whose target's logit is the largest (a tie for first counts), for accuracy
-    tokens: Tensor  # real target tokens
+    tokens: int  # real target tokens
 
 
 def _row_chunks(rows: int, vocab: int, device: torch.device) -> list[slice]:
@@ -94,15 +94,30 @@ class _ProjectedSmoothedCrossEntropy(torch.autograd.Function):
         )
 
 
-def sequence_loss(states: Tensor, weight: Tensor, target: Tensor, smoothing: float, pad_id: int) -> LossSums:
+def real_positions(target: Tensor, pad_id: int) -> Tensor:
+    """Where ``target`` (B, T) has real tokens, as positions in its flattened (B·T,) view: (N,).
+
+    Counting them needs their values, so on a GPU this waits for the device; a batch made on the
+    host carries them already (:attr:`seq2seq.data.batching.Batch.tgt_real`).
+    """
+    return (target != pad_id).flatten().nonzero().squeeze(1)
+
+
+def sequence_loss(
+    states: Tensor, weight: Tensor, target: Tensor, smoothing: float, pad_id: int, real: Tensor | None = None
+) -> LossSums:
     """The output projection (``weight``: (V, D), no bias) and the loss of a teacher-forced batch,
-    at real target tokens only. states: the decoder's final states (B, T, D), target: (B, T).
+    at real target tokens only. states: the decoder's final states (B, T, D), target: (B, T);
+    ``real``: the real tokens' positions (:func:`real_positions`), computed here when not given.
 
     Pad positions never reach the projection (their share of a batch: docs/performance.md).
     """
-    real = target != pad_id  # (B, T)
-    loss, nll, correct = _ProjectedSmoothedCrossEntropy.apply(states[real], weight, target[real], smoothing)
-    return LossSums(loss, nll, correct, real.sum())
+    real = real_positions(target, pad_id) if real is None else real  # (N,)
+    flat_states = states.flatten(0, 1).index_select(0, real)  # (N, D)
+    loss, nll, correct = _ProjectedSmoothedCrossEntropy.apply(
+        flat_states, weight, target.flatten().index_select(0, real), smoothing
+    )
+    return LossSums(loss, nll, correct, real.numel())
 
 
 def plain_sequence_loss(
@@ -118,4 +133,4 @@ def plain_sequence_loss(
     real = flat_target != pad_id
     target_logit = flat_logits.gather(1, flat_target[:, None]).squeeze(1)
     correct = ((target_logit == flat_logits.max(dim=1).values) & real).sum()
-    return LossSums(loss, nll.detach(), correct, real.sum())
+    return LossSums(loss, nll.detach(), correct, int(real.sum()))

@@ -35,6 +35,48 @@ class NonFiniteLossError(RuntimeError):
     """The loss became NaN/inf; training stops rather than corrupting the weights."""
 
 
+def host_scalar(value: float) -> Tensor:
+    """A value known on the host, as the CPU tensor ``self.log`` keeps where it is. Given a float,
+    Lightning makes a tensor on the module's device, and on a GPU that blocking copy waits for
+    every kernel queued before it: the step's host would stop running ahead of the GPU. Float64,
+    the host's own precision, which no device computation here produces (tests tell them apart)."""
+    return torch.tensor(value, dtype=torch.float64)
+
+
+class FiniteLossWatch:
+    """Stops training at a non-finite loss without making every step wait for the device.
+
+    On a GPU the verdict on a step's loss is copied to the host asynchronously and read once the
+    device is past it, at a later step, so the host keeps queueing work ahead of the GPU; the
+    error then names the step whose loss it was. On a CPU the verdict is read at once.
+    """
+
+    def __init__(self) -> None:
+        self._pending: list[tuple[Tensor, torch.cuda.Event, int, Tensor]] = []  # (verdict, event, step, loss)
+
+    def watch(self, loss: Tensor, step: int) -> None:
+        """Raises :class:`NonFiniteLossError` for this step's loss or an earlier one, once known."""
+        if loss.device.type != "cuda":
+            self._check(torch.isfinite(loss), step, loss)
+            return
+        verdict = torch.empty((), dtype=torch.bool, pin_memory=True)
+        verdict.copy_(torch.isfinite(loss.detach()), non_blocking=True)
+        event = torch.cuda.Event()
+        event.record()
+        self._pending.append((verdict, event, step, loss.detach()))
+        while self._pending and self._pending[0][1].query():  # computed already: reading costs nothing
+            verdict, _, step, loss = self._pending.pop(0)
+            self._check(verdict, step, loss)
+
+    @staticmethod
+    def _check(finite: Tensor, step: int, loss: Tensor) -> None:
+        if not finite:
+            raise NonFiniteLossError(
+                f"non-finite loss ({loss.item()}) at step {step}; lower optim.lr, "
+                "or set skip_nonfinite=true to skip such batches"
+            )
+
+
 class TranslationModule(pl.LightningModule):
     """Trains a :class:`Transformer` with label-smoothed cross-entropy and scores it with BLEU/chrF."""
 
@@ -63,6 +105,7 @@ class TranslationModule(pl.LightningModule):
         )
         self.tokenizer = tokenizer
         self.skip_nonfinite = skip_nonfinite
+        self._finite_watch = FiniteLossWatch()
         self._step_started = time.perf_counter()
         self.best_bleu = 0.0
         self.progress = 0.0  # share of the run's budget spent; the Budget callback sets it each step
@@ -81,7 +124,12 @@ class TranslationModule(pl.LightningModule):
         memory, src_mask = model.encode(batch.src)
         states = model.decode_states(batch.tgt_in, memory, src_mask)  # (B, T, D)
         sums = sequence_loss(
-            states, model.generator.weight, batch.tgt_out, self.optim_cfg.label_smoothing, self.model.pad_id
+            states,
+            model.generator.weight,
+            batch.tgt_out,
+            self.optim_cfg.label_smoothing,
+            self.model.pad_id,
+            batch.tgt_real,
         )
         loss, nll = sums.loss / sums.tokens, sums.nll / sums.tokens
         on_step = stage == "train"
@@ -92,8 +140,10 @@ class TranslationModule(pl.LightningModule):
             self.log(
                 f"{stage}/{name}",
                 value,
-                batch_size=1 if on_step else int(sums.tokens),
-                prog_bar=name == "loss",
+                batch_size=1 if on_step else sums.tokens,
+                # Lightning reads the bar's values at every step: a training loss there would make
+                # each step on a GPU wait for the device. The progress lines show it instead.
+                prog_bar=name == "loss" and not on_step,
                 on_step=on_step,
                 on_epoch=not on_step,
                 sync_dist=not on_step,
@@ -102,19 +152,18 @@ class TranslationModule(pl.LightningModule):
 
     def training_step(self, batch: Batch, batch_idx: int) -> Tensor | None:
         loss = self._shared_step(batch, "train")
-        if not torch.isfinite(loss):
-            if not self.skip_nonfinite:
-                raise NonFiniteLossError(
-                    f"non-finite loss ({loss.item()}) at step {self.global_step}; lower optim.lr, "
-                    "or set skip_nonfinite=true to skip such batches"
-                )
-            log.warning("skipping batch %d: non-finite loss at step %d", batch_idx, self.global_step)
-            return None
+        if self.skip_nonfinite:  # skipping needs the verdict before this step's update: a device sync
+            if not torch.isfinite(loss):
+                log.warning("skipping batch %d: non-finite loss at step %d", batch_idx, self.global_step)
+                return None
+        else:
+            self._finite_watch.watch(loss, self.global_step)
         tokens = batch.real_tokens()
         now = time.perf_counter()
         elapsed, self._step_started = now - self._step_started, now
-        self.log("train/tokens_per_s", tokens / max(elapsed, 1e-6), prog_bar=True, on_step=True, batch_size=1)
-        self.log("train/lr", self.optimizers().param_groups[0]["lr"], on_step=True, batch_size=1)
+        tokens_per_s = host_scalar(tokens / max(elapsed, 1e-6))
+        self.log("train/tokens_per_s", tokens_per_s, prog_bar=True, on_step=True, batch_size=1)
+        self.log("train/lr", host_scalar(self.optimizers().param_groups[0]["lr"]), on_step=True, batch_size=1)
         return loss
 
     def on_train_batch_start(self, batch: Batch, batch_idx: int) -> None:

@@ -13,6 +13,8 @@ from typing import Any
 
 import pytorch_lightning as pl
 
+from seq2seq.training.module import host_scalar
+
 
 class TimeShares(pl.Callback):
     """Logs, with the training scalars, ``perf/train_step_share`` and ``perf/validation_share``:
@@ -37,8 +39,10 @@ class TimeShares(pl.Callback):
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
         self._in_steps += time.perf_counter() - self._mark
         wall = self._wall()
-        pl_module.log("perf/train_step_share", self._in_steps / wall, on_step=True, batch_size=1)
-        pl_module.log("perf/validation_share", self._in_validation / wall, on_step=True, batch_size=1)
+        pl_module.log("perf/train_step_share", host_scalar(self._in_steps / wall), on_step=True, batch_size=1)
+        pl_module.log(
+            "perf/validation_share", host_scalar(self._in_validation / wall), on_step=True, batch_size=1
+        )
 
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._mark = time.perf_counter()
