@@ -6,24 +6,23 @@ import sys
 from pathlib import Path
 
 import hydra
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 import seq2seq.threads  # noqa: F401  (first of ours, and nothing above loads torch: see its docstring)
 
 # isort: split
 import torch
+from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from seq2seq.checkpoint import CheckpointError
+from seq2seq.command_line import INTERRUPTED, TERMINATED
 from seq2seq.config import ConfigError, DataError
-from seq2seq.training.launch import launch_id, prepare_launch
+from seq2seq.training.launch import prepare_launch
 from seq2seq.training.module import NonFiniteLossError
+from seq2seq.training.ownership import RunDirectoryTaken
 from seq2seq.training.run import discard_unstarted_run, run_directory, train
 
 CONFIGS = Path(__file__).resolve().parent / "configs"
-# configs/train.yaml: runs/${launch_id:${now:...}}, the same directory for every process of a launch
-OmegaConf.register_new_resolver(
-    "launch_id", lambda fallback: launch_id(os.environ) or fallback, use_cache=True
-)
 
 
 def main(cfg: DictConfig, recipe: str) -> float | None:
@@ -31,20 +30,25 @@ def main(cfg: DictConfig, recipe: str) -> float | None:
     logging.getLogger(__name__).info("%s", recipe)
     try:
         metrics = train(cfg)
+    except RunDirectoryTaken as err:  # another run's directory: not ours to clean up
+        sys.exit(f"error: {err}")
     except (ConfigError, DataError) as err:  # found before training: nothing worth keeping
         discard_unstarted_run(run_directory(cfg))
         sys.exit(f"error: {err}")
     except (CheckpointError, NonFiniteLossError) as err:
         sys.exit(f"error: {err}")
-    except KeyboardInterrupt:  # before training started; once it runs, Lightning saves and exits
-        sys.exit("interrupted")
+    except KeyboardInterrupt:  # Ctrl-C: before training, or during it once last.ckpt is saved
+        print("interrupted", file=sys.stderr)
+        sys.exit(INTERRUPTED)
+    except SIGTERMException:  # raised by Lightning between batches, once last.ckpt is saved
+        sys.exit(TERMINATED)
     return metrics.get("val/bleu")  # the value --multirun sweepers optimise
 
 
 if __name__ == "__main__":
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else None
     try:  # before Hydra creates the run directory, and in one line where Hydra would print several
-        launch = prepare_launch(sys.argv[1:], os.environ, gpu, CONFIGS)
+        launch = prepare_launch(sys.argv[1:], os.environ, gpu, CONFIGS)  # holds its claim until exit
     except ConfigError as err:
         sys.exit(f"error: {err}")
     sys.argv[1:] = launch.argv

@@ -12,7 +12,9 @@ run code on load. Files are written to a temporary name, flushed and renamed int
 
 from __future__ import annotations
 
+import codecs
 import os
+import zipfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -90,7 +92,7 @@ def save_atomically(checkpoint: dict[str, Any], path: str | Path) -> None:
         os.replace(partial, path)
     except (OSError, RuntimeError) as err:  # torch reports some failed writes as RuntimeError
         partial.unlink(missing_ok=True)
-        reason = getattr(err, "strerror", None) or str(err).splitlines()[0]
+        reason = getattr(err, "strerror", None) or _first_line(err)
         raise CheckpointError(f"cannot write checkpoint {path}: {reason}") from err
 
 
@@ -139,6 +141,39 @@ class LoadedModel(ModelFacts):
         )  # fmt: skip
 
 
+def _why_unreadable(path: Path, err: Exception) -> str:
+    """What is wrong with a file ``torch.load`` failed on, told from its first bytes: torch's own
+    message can be empty (a 0-byte file), a bare index (text) or a paragraph (a truncated zip)."""
+    if isinstance(err, OSError):
+        return err.strerror or str(err)
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(512)
+    except OSError as again:
+        return again.strerror or str(again)
+    if not head:
+        return "the file is empty (0 bytes)"
+    if head.startswith(b"PK") and not zipfile.is_zipfile(path):
+        return f"the file is truncated ({path.stat().st_size:,} bytes, its zip archive has no end)"
+    if not head.startswith((b"PK", b"\x80")):  # torch writes a zip archive (or, before 1.6, a pickle)
+        return "it holds text, not a PyTorch checkpoint" if _is_text(head) else "not a PyTorch file"
+    return _first_line(err)
+
+
+def _is_text(head: bytes) -> bool:
+    """Whether a file's first bytes read as UTF-8 text; incremental, as the last character may be cut."""
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(head)
+    except UnicodeDecodeError:
+        return False
+    return b"\x00" not in head
+
+
+def _first_line(err: Exception) -> str:
+    """The first line of ``err``'s message, or its type's name when it has none."""
+    return str(err).splitlines()[0] if str(err) else type(err).__name__
+
+
 def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
     """``torch.load`` of tensors and plain data only; every failure becomes :class:`CheckpointError`."""
     path = Path(path)
@@ -147,7 +182,7 @@ def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     try:
         checkpoint = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as err:  # truncated zip, pickle error, wrong file type: all mean "unreadable"
-        raise CheckpointError(f"cannot read checkpoint {path}: {str(err).splitlines()[0]}") from err
+        raise CheckpointError(f"cannot read checkpoint {path}: {_why_unreadable(path, err)}") from err
     if not isinstance(checkpoint, dict) or KEY not in checkpoint or "state_dict" not in checkpoint:
         raise CheckpointError(f"{path} is not a seq2seq checkpoint (no model config/tokenizer inside)")
     return checkpoint
@@ -181,9 +216,7 @@ def load_model(path: str | Path, map_location: str | torch.device = "cpu") -> Lo
     try:
         model.load_state_dict(weights)
     except RuntimeError as err:
-        raise CheckpointError(
-            f"{path}: weights do not match its model config: {str(err).splitlines()[0]}"
-        ) from err
+        raise CheckpointError(f"{path}: weights do not match its model config: {_first_line(err)}") from err
     return LoadedModel.around(
         model.to(map_location).eval(),
         path.name,

@@ -16,6 +16,7 @@ from seq2seq.hardware import AUTO, INFERENCE_DTYPES
 USAGE = 2  # exit code of bad arguments
 FAILED = 1  # of an expected failure (and of a reader that left)
 INTERRUPTED = 130  # of Ctrl-C: 128 + SIGINT, as a shell reports it
+TERMINATED = 143  # of SIGTERM: 128 + SIGTERM
 
 
 class UsageError(Exception):

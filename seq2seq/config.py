@@ -260,7 +260,7 @@ class CallbacksConfig:
 
     checkpoint_every_n_steps: int = 500  # also refresh last.ckpt this often (kill -9 recovery); 0 = off
     early_stopping_patience: int = 5  # validations without a better val/bleu before stopping; 0 = off
-    progress_bar: bool = True  # rich progress bar with loss and tokens/s
+    progress_bar: bool = True  # rich progress bar with tokens/s and validation scores
     progress_every_n_steps: int = 500  # a plain progress line in the log this often; 0 = off
     progress_every_s: float = 60.0  # ...or after this many seconds, whichever comes first; 0 = off
 
@@ -302,6 +302,7 @@ class RunConfig:
     seed: int = 42  # seeds python, numpy, torch and the batch sampler
     output_dir: str | None = None  # config, tokenizer, checkpoints, tensorboard/; None: Hydra's run dir
     ckpt_path: str | None = None  # resume from this checkpoint (e.g. <run>/checkpoints/last.ckpt)
+    overwrite_output_dir: bool = False  # train into a directory an earlier run trained in, over its files
     compile: bool = False  # torch.compile the model (GPU recommended)
     skip_nonfinite: bool = False  # skip batches with NaN/inf loss instead of stopping
 
@@ -345,6 +346,10 @@ def validated_run(cfg: DictConfig) -> RunConfig:
             f"data.max_length ({run.data.max_length}) + 2 exceeds "
             f"model.max_positions ({run.model.max_positions})"
         )
+    for limit in ("max_epochs", "max_steps"):  # Lightning's own check comes only once a run directory exists
+        value = run.trainer.get(limit)
+        if isinstance(value, int) and value < -1:
+            raise ConfigError(f"trainer.{limit} must be >= 0, or -1 for no limit, got {value}")
     max_time = run.trainer.get("max_time")
     if isinstance(max_time, str) and not DURATION.fullmatch(max_time.strip()):
         raise ConfigError(f"trainer.max_time must be DD:HH:MM:SS (00:01:00:00 is an hour), got {max_time!r}")

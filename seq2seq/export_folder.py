@@ -7,7 +7,8 @@ An export is self-contained like a checkpoint: next to the engine's own files (C
 ``model.bin``, transformers' ``model.safetensors``, each with its ``config.json``), it keeps the
 project's tokenizer (``tokenizer.json``, or one file per side) and ``seq2seq.json`` with the
 engine, the model, decoding and data configs, so translating with it needs nothing else, and
-``--eval test`` can rebuild the test split.
+``--eval test`` can rebuild the test split. ``seq2seq.json`` also lists the files the export
+wrote: ``--force`` replaces those and keeps any other.
 """
 
 from __future__ import annotations
@@ -76,7 +77,8 @@ def check_export_target(out_dir: Path, force: bool) -> None:
 
 @contextlib.contextmanager
 def staged_directory(out_dir: Path) -> Iterator[Path]:
-    """A new directory beside ``out_dir`` that takes its place only if the block succeeds.
+    """A new directory beside ``out_dir`` that takes its place only if the block succeeds; what the
+    user added to an earlier export there (a file no export wrote) moves into the new one.
 
     A failure (or Ctrl-C) midway leaves ``out_dir`` as it was and no partial directory behind.
     """
@@ -86,12 +88,46 @@ def staged_directory(out_dir: Path) -> Iterator[Path]:
     stage.mkdir()
     try:
         yield stage
+        written = _record_files(stage)
+        users = _added_by_user(out_dir, written) if out_dir.exists() else []
         if out_dir.exists():
             os.replace(out_dir, old)
         os.replace(stage, out_dir)
     finally:
-        for leftover in (stage, old):
-            shutil.rmtree(leftover, ignore_errors=True)
+        shutil.rmtree(stage, ignore_errors=True)
+    for name in users:  # an error here leaves the rest in `old`, not deleted
+        os.replace(old / name, out_dir / name)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _record_files(stage: Path) -> set[str]:
+    """Record in ``seq2seq.json`` the names the export wrote, so that ``--force`` replaces only those."""
+    names = {path.name for path in stage.iterdir()}
+    metadata = json.loads((stage / METADATA_FILE).read_text(encoding="utf-8"))
+    metadata["files"] = sorted(names)
+    (stage / METADATA_FILE).write_text(json.dumps(metadata, indent=2) + "\n", encoding="utf-8")
+    return names
+
+
+def _added_by_user(out_dir: Path, new_files: set[str]) -> list[str]:
+    """The names in the earlier export ``out_dir`` that its exporter did not write.
+
+    An export written before seq2seq.json listed its files counts as the user's every name the new
+    export does not write. A file of the user's that the new export would overwrite stops it.
+    """
+    names = {path.name for path in out_dir.iterdir()}
+    try:
+        listed = json.loads((out_dir / METADATA_FILE).read_text(encoding="utf-8"))["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return sorted(names - new_files)
+    users = sorted(names - set(listed))
+    clash = [name for name in users if name in new_files]
+    if clash:
+        raise ExportError(
+            f"{out_dir / clash[0]} was not written by the earlier export and the new one writes a file "
+            "of that name: move it away first"
+        )
+    return users
 
 
 def load_bundle(directory: str | Path) -> ModelFacts:

@@ -66,6 +66,8 @@ def test_over_the_share_the_run_stops_with_one_line(tmp_path: Path) -> None:
             "looks like Windows-1252: set data.encoding=cp1252",
         ),
         ("utf-16", PAIRS, "NUL bytes: looks like UTF-16: set data.encoding=utf-16"),
+        ("utf-16-le", PAIRS, "NUL bytes: looks like UTF-16: set data.encoding=utf-16-le"),  # no BOM
+        ("utf-16-be", PAIRS, "NUL bytes: looks like UTF-16: set data.encoding=utf-16-be"),
     ],
 )
 def test_a_file_in_another_encoding_names_it_and_reads_with_it(
@@ -86,6 +88,8 @@ def test_the_guess_reads_the_bytes() -> None:
     assert guess_encoding("it’s".encode("cp1252")).endswith("data.encoding=cp1252")
     assert guess_encoding("¿Qué tal?".encode()).endswith("data.encoding=utf-8")  # read as ASCII, say
     assert guess_encoding(b"\x81\x8d").startswith("set data.encoding to the file's encoding")
+    binary = bytes(range(256)) * 4  # NUL bytes that are no text: no encoding to suggest
+    assert guess_encoding(binary) == "NUL bytes, and not UTF-16 text either: is it a text file?"
 
 
 def _corpus_caches(tmp_path: Path) -> int:

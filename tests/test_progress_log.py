@@ -9,10 +9,12 @@ import subprocess
 import sys
 
 import pytest
+import torch
 from compose import ROOT, tiny_run
 from step_clock import step_clock
 
-from seq2seq.training.progress_log import TO_CONSOLE, ConsoleFilter, clock_time
+from seq2seq.training.budget import clock_time
+from seq2seq.training.progress_log import TO_CONSOLE, ConsoleFilter
 from seq2seq.training.run import train
 
 STEP_LINE = re.compile(
@@ -48,9 +50,12 @@ def test_a_line_every_n_steps_or_seconds(tmp_path, caplog, monkeypatch, every, e
 def test_each_validation_says_its_scores_and_whether_it_is_the_best(tmp_path, caplog) -> None:
     caplog.set_level(logging.INFO, logger="seq2seq.training.progress_log")
     train(tiny_run(tmp_path / "run", tmp_path / "cache", "callbacks.progress_every_n_steps=0"))
-    lines = re.findall(r"validation at step \d+: BLEU [\d.]+, chrF [\d.]+, (.*)", caplog.text)
-    assert len(lines) == 2 and lines[0] == "the best so far"  # tiny: two epochs, one validation each
-    assert lines[1] == "the best so far" or lines[1].startswith("best ")
+    lines = re.findall(r"validation at step (\d+): BLEU ([\d.]+), chrF [\d.]+, (.*)", caplog.text)
+    assert len(lines) == 2 and lines[0][2] == "the best so far"  # tiny: two epochs, one validation each
+    assert lines[1][2] == "the best so far" or lines[1][2] == f"best {lines[0][1]}"
+    best = torch.load(tmp_path / "run" / "checkpoints" / "best.ckpt", weights_only=True)
+    best_step = int([step for step, _, said in lines if said == "the best so far"][-1])
+    assert best["global_step"] == best_step  # a BLEU tie keeps the earlier best.ckpt, and says so
     assert not progress_steps(caplog.text)
 
 

@@ -154,7 +154,8 @@ def test_resumed_with_another_world_size_trains_each_pair_of_the_epoch_once(tmp_
     run_training(tmp_path, before, *stop)
     middle = tmp_path / "middle.ckpt"
     shutil.copy(tmp_path / "run" / "checkpoints" / "last.ckpt", middle)
-    run_training(tmp_path, after, f"ckpt_path={middle}", "trainer.max_epochs=2")
+    resume = tmp_path / "run" / "checkpoints" / "last.ckpt"  # the run's own: it continues in its directory
+    run_training(tmp_path, after, f"ckpt_path={resume}", "trainer.max_epochs=2")
 
     checkpoint = torch.load(middle, weights_only=True)
     done = checkpoint["loops"]["fit_loop"]["epoch_loop.batch_progress"]["current"]["processed"]

@@ -1,12 +1,17 @@
-"""The real server process on 127.0.0.1: its startup line, a graceful SIGTERM/Ctrl-C, and the page
-driven by headless Chromium (skipped, with the reason, where Chromium or Playwright is missing)."""
+"""The real server process on 127.0.0.1: its startup line, a graceful SIGTERM/Ctrl-C, its drain
+under load, a client that goes away, bodies over the limit, and the page driven by headless
+Chromium (skipped, with the reason, where Chromium or Playwright is missing)."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import queue
 import re
+import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -22,6 +27,9 @@ from tiny import BLEU, STEP
 
 from seq2seq.inference.backends import open_model
 from seq2seq.inference.translator import Translator
+from seq2seq.serving.app import WORKER_STOP_S
+from seq2seq.serving.edge import SHUTTING_DOWN
+from seq2seq.serving.service import Limits
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM_ARGS = [
@@ -115,6 +123,105 @@ def test_a_signal_lets_the_request_in_flight_finish_then_exits_zero(
         assert "Traceback" not in server.log.read_text()
         with pytest.raises(httpx.ConnectError):
             httpx.get(f"{server.url}/health")
+    finally:
+        stop(server)
+
+
+HEAVY = {  # seconds of decoding for the tiny random model, which runs to max_len
+    "text": [f"Sentence {i} is about the weather, the station and a cup of coffee." for i in range(32)],
+    "beam": 8,
+    "max_len": 50,
+}
+
+
+def metric(server: Server, name: str) -> float:
+    text = httpx.get(f"{server.url}/metrics").text
+    return float(re.search(rf"^{re.escape(name)} (\S+)$", text, re.M).group(1))
+
+
+def test_sigterm_under_load_answers_each_request_200_or_json_503_in_time(checkpoint, tmp_path) -> None:
+    """Exit code 0: a drain is the shutdown working as documented."""
+    graceful, clients = 1.0, 8
+    server = start_server(
+        checkpoint, tmp_path / "server.log", "--batch-tokens", "64", "--graceful-timeout", str(graceful)
+    )
+    try:
+        with ThreadPoolExecutor(max_workers=clients) as pool:
+            url = f"{server.url}/translate"
+            pending = [pool.submit(httpx.post, url, json=HEAVY, timeout=60) for _ in range(clients)]
+            deadline = time.monotonic() + 30
+            while in_flight(server) < clients:
+                assert time.monotonic() < deadline
+                time.sleep(0.02)
+            signalled = time.monotonic()
+            server.process.send_signal(signal.SIGTERM)
+            responses = [answer.result() for answer in pending]
+            answered = time.monotonic()
+        assert server.process.wait(timeout=60) == 0
+        exited = time.monotonic()
+    finally:
+        stop(server)
+    statuses = [response.status_code for response in responses]
+    assert set(statuses) <= {200, 503} and 503 in statuses  # minutes of work: the bound cut it short
+    for response in responses:
+        if response.status_code == 503:
+            assert response.json() == {"error": SHUTTING_DOWN} and response.headers["Retry-After"] == "1"
+        else:
+            assert len(response.json()["translations"]) == len(HEAVY["text"])
+    assert answered - signalled < graceful + 3  # slack for a loaded machine
+    assert exited - signalled < graceful + WORKER_STOP_S + 5
+    assert "Traceback" not in server.log.read_text()
+
+
+def test_a_client_that_goes_away_has_its_sentences_left_undecoded(checkpoint, tmp_path) -> None:
+    server = start_server(checkpoint, tmp_path / "server.log", "--batch-tokens", "64")
+    try:
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(f"{server.url}/translate", json=HEAVY, timeout=0.5)  # then it closes the connection
+        deadline = time.monotonic() + 30
+        while metric(server, "seq2seq_cancelled_sentences_total") == 0:
+            assert time.monotonic() < deadline, "the abandoned request was decoded in full"
+            time.sleep(0.05)
+        assert httpx.post(f"{server.url}/translate", json={"text": "Hi."}, timeout=60).status_code == 200
+    finally:
+        stop(server)
+
+
+def refusal(sock: socket.socket) -> tuple[str, dict]:
+    """The status line and JSON body of the answer on ``sock``, read until the server closes it."""
+    sock.settimeout(30)
+    data = b""
+    with contextlib.suppress(ConnectionResetError):  # a reset after the answer: our bytes it never read
+        while chunk := sock.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert b"connection: close" in head.lower()
+    return head.split(b"\r\n")[0].decode(), json.loads(body)
+
+
+def test_a_body_over_the_limit_is_refused_before_it_is_read(checkpoint, tmp_path) -> None:
+    limit = Limits(max_input_chars=10).max_body_bytes
+    server = start_server(checkpoint, tmp_path / "server.log", "--max-input-chars", "10")
+    host, port = server.url.removeprefix("http://").split(":")
+    request = "POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    try:
+        with socket.create_connection((host, int(port))) as sock:  # declares 100 MB, sends 1 KB
+            sock.sendall(f"{request}Content-Length: {100 * 2**20}\r\n\r\n".encode() + b"x" * 1024)
+            assert refusal(sock) == (
+                "HTTP/1.1 413 Request Entity Too Large",
+                {"error": f"the body has {100 * 2**20} bytes; this server accepts at most {limit}"},
+            )
+        with socket.create_connection((host, int(port))) as sock:  # declares nothing, sends chunks
+            sock.sendall(f"{request}Transfer-Encoding: chunked\r\n\r\n".encode())
+            for _ in range(100 * limit // 1024):  # a body that never ends, until the server answers
+                if select.select([sock], [], [], 0.002)[0]:
+                    break
+                sock.sendall(b"400\r\n" + b"x" * 1024 + b"\r\n")
+            assert refusal(sock) == (
+                "HTTP/1.1 413 Request Entity Too Large",
+                {"error": f"the body is over {limit} bytes, the most this server accepts"},
+            )
+        assert httpx.post(f"{server.url}/translate", json={"text": "Hi."}, timeout=60).status_code == 200
     finally:
         stop(server)
 

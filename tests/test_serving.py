@@ -202,6 +202,42 @@ def test_a_full_queue_answers_503_with_retry_after(checkpoint) -> None:
         )
 
 
+def test_a_cancelled_request_is_dropped_from_the_batches_not_yet_decoded(checkpoint, translator) -> None:
+    small = open_model(checkpoint, device="cpu", batch_tokens=24, dtype="float32").translator
+    texts = [f"{sentence} {i}" for i, sentence in enumerate(SENTENCES[:5] * 4)]  # several batches
+    settings = small.settings(beam=1)
+    batcher = DynamicBatcher(small, queue_size=4, max_wait_s=0.0)
+    calls: list[list[str]] = []
+    translate = small.translate
+
+    def first_batch_then_cancel(batch: list[str], settings):
+        calls.append(batch)
+        abandoned.cancel()  # as the event loop does when the client goes away
+        return translate(batch, settings)
+
+    small.translate = first_batch_then_cancel
+    release, stuck = threading.Event(), threading.Event()
+    batcher.start()
+    try:
+        wait_until(batcher.call(release.wait).running)
+        abandoned = batcher.translate(texts, settings)
+        beam_2 = small.settings(beam=2)
+        kept = batcher.translate(["I like coffee."], beam_2)  # a group of its own
+        release.set()
+        [got], [want] = kept.result(timeout=60), translator.translate(["I like coffee."], beam_2)
+        assert [t.text for t in got] == [t.text for t in want]
+        assert abandoned.cancelled() and len(calls) == 2  # one batch of each group
+        skipped = len(texts) - len(calls[0])
+        assert skipped > 0 and f"seq2seq_cancelled_sentences_total {skipped}" in batcher.metrics.render(0)
+        wait_until(batcher.call(stuck.wait).running)  # a model call that outlasts the shutdown
+        started = time.monotonic()
+        assert not batcher.close(timeout=0.2)  # the exit does not wait for it
+        assert time.monotonic() - started < 5
+    finally:
+        release.set()
+        stuck.set()
+
+
 def wait_until(condition, timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():

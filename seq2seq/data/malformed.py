@@ -9,6 +9,7 @@ records, the first bad line and the likely fix.
 
 from __future__ import annotations
 
+import codecs
 import logging
 from collections import Counter
 from pathlib import Path
@@ -27,12 +28,26 @@ CAUSES = {  # cause -> what it means, as the log and `python -m seq2seq.data.ins
 }
 _SAMPLE_BYTES = 4096  # undecodable lines kept (whole) to guess the file's encoding from
 _WINDOWS_1252_ONLY = range(0x80, 0xA0)  # printable in cp1252, control characters in Latin-1
+_UTF16 = ("utf-16", "utf-16-le", "utf-16-be")  # with a BOM, then without one in either byte order
+
+
+def _reads_as(sample: bytes, encoding: str) -> bool:
+    """Whether ``sample`` decodes in ``encoding`` to printable text; its last character may be cut."""
+    try:
+        text = codecs.getincrementaldecoder(encoding)().decode(sample)
+    except UnicodeError:  # utf-16 without a BOM raises UnicodeError itself
+        return False
+    return all(char.isprintable() or char.isspace() for char in text)
 
 
 def guess_encoding(sample: bytes) -> str:
-    """The likely fix for lines that ``data.encoding`` cannot decode, judged from their bytes."""
+    """The likely fix for lines that ``data.encoding`` cannot decode, judged from their bytes
+    (``sample`` keeps their line breaks, so that UTF-16 stays aligned)."""
     if b"\x00" in sample:
-        return "NUL bytes: looks like UTF-16: set data.encoding=utf-16"
+        utf16 = [name for name in _UTF16 if _reads_as(sample, name)]
+        if utf16:
+            return f"NUL bytes: looks like UTF-16: set data.encoding={utf16[0]}"
+        return "NUL bytes, and not UTF-16 text either: is it a text file?"
     try:
         sample.decode("utf-8")
         return "looks like UTF-8: set data.encoding=utf-8"
@@ -65,7 +80,8 @@ class Tally:
         self.first.setdefault(cause, {"file": str(file), "line": line, "fix": fix})
 
     def undecodable(self, file: Path, line: int, raw: bytes) -> None:
-        """Count a record with bytes the encoding cannot decode; keeps some for the guess."""
+        """Count a record with bytes the encoding cannot decode (``raw``, with its line break); keeps
+        some for the guess."""
         self.bad("undecodable", file, line, fix="")
         if len(self._sample) < _SAMPLE_BYTES:
             self._sample += raw

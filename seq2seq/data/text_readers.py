@@ -59,7 +59,7 @@ def _decodable(text: str, path: Path, number: int, cfg: DataConfig, tally: Tally
             return True
         except UnicodeEncodeError:
             pass
-    tally.undecodable(path, number, text.encode(cfg.encoding, "surrogateescape"))
+    tally.undecodable(path, number, (text + "\n").encode(cfg.encoding, "surrogateescape"))
     return False
 
 

@@ -60,7 +60,11 @@ def build_parser() -> argparse.ArgumentParser:
         choices=QUANTIZATIONS,
         help="ctranslate2 weight type (default: int8; float32 reproduces the PyTorch model's tokens)",
     )
-    parser.add_argument("--force", action="store_true", help="replace an earlier export in OUT_DIR")
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="replace an earlier export in OUT_DIR; files the export did not write (notes, say) stay",
+    )
     return parser
 
 

@@ -4,7 +4,7 @@ Expected failures (missing or corrupt checkpoint, no GPU, bad arguments, bad dat
 cannot be written) raise their own exception types where they arise; :func:`main` prints those
 as one line on stderr and returns a non-zero code, and lets anything else (a bug) raise.
 ``--output`` is written to a temporary file that is renamed only on success, so a failure never
-leaves a partial file behind.
+leaves a partial file behind; the file keeps its mode, and a symlink keeps pointing at it.
 """
 
 from __future__ import annotations
@@ -13,10 +13,11 @@ import argparse
 import contextlib
 import io
 import json
+import math
 import os
+import secrets
 import stat
 import sys
-import tempfile
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
@@ -55,7 +56,8 @@ EXAMPLES = f"""examples:
 Blank input lines give blank output lines; bytes that are not UTF-8 are read as U+FFFD; inputs
 longer than the model's max positions are truncated (one warning on stderr). Errors (missing,
 corrupt or mismatched checkpoint, no GPU, bad data) print one line on stderr and exit 1; bad
-arguments exit 2. With --output, a failed run leaves no file.
+arguments exit 2. With --output, a failed run leaves no file; an existing file keeps its mode,
+and a symlink is written through. --eval prints its scores before it writes any file.
 """
 
 
@@ -90,10 +92,20 @@ def build_parser() -> argparse.ArgumentParser:
         "laid out like the training corpus; prints BLEU and chrF with signatures and BLEU per source length",
     )
     search = parser.add_mutually_exclusive_group()
-    search.add_argument("--beam", type=int, metavar="N", help="beam size (default: the checkpoint's)")
+    search.add_argument(
+        "--beam",
+        type=int,
+        metavar="N",
+        help="beam size (default: the checkpoint's); more than the target vocabulary's size is refused",
+    )
     search.add_argument("--greedy", action="store_true", help="greedy search (beam size 1)")
     search.add_argument("--sample", action="store_true", help="sample each token instead of searching")
-    parser.add_argument("--temperature", type=float, metavar="T", help="sampling temperature (with --sample)")
+    parser.add_argument(
+        "--temperature",
+        type=float,
+        metavar="T",
+        help="sampling temperature, finite, >= 0 (with --sample; 0 takes the likeliest token, as --greedy)",
+    )
     parser.add_argument(
         "--top-k", type=int, metavar="K", help="sample among the K likeliest tokens (with --sample)"
     )
@@ -144,6 +156,8 @@ def _check(args: argparse.Namespace) -> None:
             raise UsageError(f"--{name.replace('_', '-')} must be positive, got {value}")
     if args.top_p is not None and not 0.0 < args.top_p <= 1.0:
         raise UsageError(f"--top-p must be in (0, 1], got {args.top_p}")
+    if args.temperature is not None and not (math.isfinite(args.temperature) and args.temperature >= 0):
+        raise UsageError(f"--temperature must be a finite number >= 0 (0: greedy), got {args.temperature}")
     sampling_only = (args.temperature, args.top_k, args.top_p, args.seed)
     if any(value is not None for value in sampling_only) and not args.sample:
         raise UsageError("--temperature, --top-k, --top-p and --seed need --sample")
@@ -166,24 +180,43 @@ def decode_settings(cfg: DecodeConfig, args: argparse.Namespace) -> DecodeConfig
     """The checkpoint's decoding config with the command-line overrides applied."""
     beam = args.beam or (1 if args.greedy or args.sample else None)
     settings = cfg.overridden(beam, args.nbest or 1, args.max_len)
-    if not args.sample:
+    if not args.sample or args.temperature == 0:  # the limit of sampling as T -> 0: the likeliest token
         return settings
-    sampling = {"temperature": args.temperature or 1.0, "top_k": args.top_k or 0, "top_p": args.top_p or 1.0}
+    temperature = 1.0 if args.temperature is None else args.temperature
+    sampling = {"temperature": temperature, "top_k": args.top_k or 0, "top_p": args.top_p or 1.0}
     return replace(settings, sampling=True, **sampling)
+
+
+def _check_writable(option: str, path: str | None) -> None:
+    """Refuse an output that cannot be written before decoding, not after minutes of it."""
+    if path is None:
+        return
+    target = Path(path).resolve()
+    if target.is_dir():
+        raise OutputError(f"cannot write {option} {path}: it is a directory")
+    if not target.parent.is_dir():
+        raise OutputError(f"cannot write {option} {path}: its directory {target.parent} does not exist")
+    if not os.access(target.parent, os.W_OK):
+        raise OutputError(f"cannot write {option} {path}: no permission to create files in {target.parent}")
 
 
 @contextlib.contextmanager
 def _output(path: str | None) -> Iterator[TextIO]:
-    """stdout, or a temporary file next to ``path`` renamed onto it only if the block succeeds.
+    """stdout, or a temporary file renamed onto ``path`` only if the block succeeds.
 
-    An OSError while the output is open (creating, writing or renaming it) is an :class:`OutputError`.
+    The file replaced is the one ``path`` names through any symlink, and keeps its mode; a new one
+    gets the umask's. An OSError while the output is open (creating, writing or renaming it) is an
+    :class:`OutputError`.
     """
     try:
         if path is None:
             yield sys.stdout
             return
-        target = Path(path)
-        fd, temp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".partial")
+        target = Path(path).resolve()  # a symlink stays, and the file it points at is replaced
+        temp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.partial")
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # 0o666 less the umask
+        if target.exists():
+            os.fchmod(fd, stat.S_IMODE(target.stat().st_mode))
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
                 yield handle
@@ -278,9 +311,14 @@ def _metrics(spec: str, translator: TranslatorBase, why: str, scores: dict, seco
 
 def run(args: argparse.Namespace) -> int:
     _check(args)
+    _check_writable("--output", args.output)
+    _check_writable("--metrics-out", args.metrics_out)
     if isinstance(sys.stdin, io.TextIOWrapper):  # bytes that are not UTF-8 become U+FFFD, not a crash
         sys.stdin.reconfigure(errors="replace")
     translator, facts, why = open_model(args.ckpt, args.model, args.device, args.batch_tokens, args.dtype)
+    vocabulary = facts.tokenizer.tgt_vocab_size
+    if args.beam is not None and args.beam > vocabulary:  # a beam cannot hold more prefixes than tokens
+        raise UsageError(f"--beam {args.beam} is more than the target vocabulary's {vocabulary} tokens")
     translator.decode_cfg = decode_settings(translator.decode_cfg, args)
     if args.seed is not None:
         translator.seed(args.seed)
@@ -293,14 +331,15 @@ def run(args: argparse.Namespace) -> int:
         started = time.perf_counter()
         evaluation = evaluate(translator, sources, references)
         seconds = time.perf_counter() - started
+        with _output(None) as out:  # first: a file that fails to write must not take the scores with it
+            out.write(format_scores(evaluation.scores) + f"\ncompute = {translator.compute} ({why})\n")
+            out.flush()
         if args.output:
             with _output(args.output) as out:
                 out.writelines(text + "\n" for text in evaluation.hypotheses)
         if args.metrics_out:
             with _output(args.metrics_out) as out:
                 json.dump(_metrics(args.eval, translator, why, evaluation.scores, seconds), out, indent=1)
-        with _output(None) as out:
-            out.write(format_scores(evaluation.scores) + f"\ncompute = {translator.compute} ({why})\n")
         return 0
     with _output(args.output) as out:
         progress = not args.sentences and _stdin_is_file()  # a pipe or a terminal gets no bar

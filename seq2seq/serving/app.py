@@ -1,20 +1,21 @@
-"""The FastAPI app: routes, one-line JSON errors, request metrics, the page, and the batcher's lifetime.
+"""The FastAPI app: routes, one-line JSON errors, the page, and the batcher's lifetime.
 
 Every error a client can cause is answered with ``{"error": "<one line>"}`` and its status
 (413, 422, 503 with Retry-After, 404, 405); an unexpected failure is logged on the server and
-answered 500 with no traceback. The batcher starts with the app and, at shutdown (after uvicorn
-has let the requests in flight finish), serves what is still queued before the process exits.
+answered 500 with no traceback (:mod:`seq2seq.serving.edge`). A request whose client goes away is
+cancelled, and with it the decoding of its sentences. At shutdown uvicorn gives the requests in
+flight its graceful timeout and cancels the rest, which are answered 503; the batcher then stops,
+waiting at most :data:`WORKER_STOP_S` for a model call in progress.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -23,6 +24,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 
 from seq2seq.serving.batcher import QueueFullError
+from seq2seq.serving.edge import RETRY_AFTER_S, Edge, error_response
 from seq2seq.serving.metrics import CONTENT_TYPE
 from seq2seq.serving.schemas import (
     AttentionRequest,
@@ -38,19 +40,25 @@ from seq2seq.serving.service import InputError, TranslationService
 log = logging.getLogger(__name__)
 
 STATIC = Path(__file__).parent / "static"
-RETRY_AFTER_S = 1  # what a 503 tells the client to wait
+WORKER_STOP_S = 5  # at shutdown, how long the exit waits for a model call in progress
+CLIENT_GONE = 499  # nginx's status for a client that closed the connection: logged, never read
 MODEL_ENDPOINTS = ("/translate", "/attention")  # the ones that queue for the model
 ENDPOINTS = {"/", "/translate", "/attention", "/health", "/info", "/metrics", "/docs", "/openapi.json"}
 ERRORS: dict[int | str, dict] = {
     status: {"model": ErrorResponse, "description": text}
     for status, text in [
-        (413, "an input is longer than the server accepts"),
+        (413, "the body, or an input in it, is longer than the server accepts"),
         (422, "malformed JSON, unknown or wrong fields, beam/nbest/max_len out of range"),
-        (503, "the request queue is full: retry after the Retry-After header's seconds"),
+        (503, "the request queue is full, or the server is shutting down: retry after Retry-After"),
     ]
 }
+T = TypeVar("T")
 
 router = APIRouter()
+
+
+class ClientGone(Exception):
+    """The client closed the connection before its answer was ready."""
 
 
 def _service(request: Request) -> TranslationService:
@@ -60,18 +68,39 @@ def _service(request: Request) -> TranslationService:
 Service = Annotated[TranslationService, Depends(_service)]
 
 
+async def _disconnected(request: Request) -> None:
+    """Returns once the client has closed the connection (its body has been read by then)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _unless_gone(request: Request, work: Awaitable[T]) -> T:
+    """``work``'s result, or :class:`ClientGone` once the client goes away: ``work`` is cancelled,
+    and with it its place in the batcher, so none of its sentences is decoded for nobody."""
+    task, gone = asyncio.ensure_future(work), asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        task.cancel()  # a no-op once done; else the client went away or the request is cancelled
+        gone.cancel()
+    if not task.done():
+        raise ClientGone
+    return task.result()
+
+
 @router.post("/translate", responses=ERRORS)
-async def translate(body: TranslateRequest, service: Service) -> TranslateResponse:
+async def translate(body: TranslateRequest, service: Service, request: Request) -> TranslateResponse:
     """Translate one sentence or a list of them; each gets its best translation and n-best list."""
     texts = [body.text] if isinstance(body.text, str) else body.text
     settings = service.settings(body.beam, body.nbest, body.max_len)
-    return TranslateResponse(translations=await service.translate(texts, settings))
+    return TranslateResponse(translations=await _unless_gone(request, service.translate(texts, settings)))
 
 
 @router.post("/attention", responses=ERRORS)
-async def attention(body: AttentionRequest, service: Service) -> AttentionResponse:
+async def attention(body: AttentionRequest, service: Service, request: Request) -> AttentionResponse:
     """Translate one sentence and return every attention map: all layers and heads of each kind."""
-    return await service.attention(body.text, service.settings(body.beam, 1, body.max_len))
+    settings = service.settings(body.beam, 1, body.max_len)
+    return await _unless_gone(request, service.attention(body.text, settings))
 
 
 @router.get("/health")
@@ -96,10 +125,6 @@ async def page() -> FileResponse:
     return FileResponse(STATIC / "index.html")
 
 
-def _error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status, headers=headers)
-
-
 def _validation_message(err: RequestValidationError) -> str:
     """'field: what is wrong' for up to three problems, or 'malformed JSON: ...'."""
     errors = err.errors()
@@ -114,39 +139,25 @@ def _validation_message(err: RequestValidationError) -> str:
 
 def _install_error_handlers(app: FastAPI) -> None:
     async def invalid(_: Request, err: RequestValidationError) -> JSONResponse:
-        return _error(422, _validation_message(err))
+        return error_response(422, _validation_message(err))
 
     async def refused(_: Request, err: InputError) -> JSONResponse:
-        return _error(err.status, str(err))
+        return error_response(err.status, str(err))
 
     async def busy(_: Request, err: QueueFullError) -> JSONResponse:
-        return _error(503, f"server busy: {err}; retry later", {"Retry-After": str(RETRY_AFTER_S)})
+        return error_response(503, f"server busy: {err}; retry later", {"Retry-After": str(RETRY_AFTER_S)})
 
     async def http_error(_: Request, err: HTTPException) -> JSONResponse:
-        return _error(err.status_code, str(err.detail), err.headers)
+        return error_response(err.status_code, str(err.detail), err.headers)
+
+    async def gone(_: Request, err: ClientGone) -> JSONResponse:
+        return error_response(CLIENT_GONE, "the client closed the connection")
 
     app.add_exception_handler(RequestValidationError, invalid)
     app.add_exception_handler(InputError, refused)
     app.add_exception_handler(QueueFullError, busy)
     app.add_exception_handler(HTTPException, http_error)
-
-
-async def _measure(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-    """Count and time every request; turn an unexpected exception into a one-line 500."""
-    path = request.url.path
-    endpoint = path if path in ENDPOINTS else "/static" if path.startswith("/static/") else "other"
-    recorder = request.app.state.service.batcher.metrics
-    recorder.request_started(endpoint)
-    started, status = time.perf_counter(), 500
-    try:
-        response = await call_next(request)
-        status = response.status_code
-    except Exception:
-        log.exception("%s %s failed", request.method, path)
-        response = _error(500, "internal error; the server log has the details")
-    finally:
-        recorder.request_finished(endpoint, status, time.perf_counter() - started)
-    return response
+    app.add_exception_handler(ClientGone, gone)
 
 
 def create_app(service: TranslationService) -> FastAPI:
@@ -158,7 +169,8 @@ def create_app(service: TranslationService) -> FastAPI:
         try:
             yield
         finally:
-            await asyncio.to_thread(service.batcher.close)  # serve what is queued, then stop
+            if not await asyncio.to_thread(service.batcher.close, WORKER_STOP_S):
+                log.warning("exiting with a model call still running after %d s", WORKER_STOP_S)
 
     app = FastAPI(
         title="seq2seq translation server",
@@ -171,5 +183,10 @@ def create_app(service: TranslationService) -> FastAPI:
     app.include_router(router)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     _install_error_handlers(app)
-    app.middleware("http")(_measure)
+    app.add_middleware(
+        Edge,
+        metrics=service.batcher.metrics,
+        max_body_bytes=service.limits.max_body_bytes,
+        endpoints=ENDPOINTS,
+    )
     return app

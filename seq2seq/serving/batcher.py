@@ -2,10 +2,12 @@
 
 A sentence decoded alone leaves the matrix multiplies tiny; many decoded together cost little
 more. Requests wait in a bounded queue. The worker takes the oldest, waits at most ``max_wait_s``
-for others, groups what it has by identical decoding settings and makes one
-:meth:`TranslatorBase.translate` call per group, which packs the sentences into token-budget batches.
-Each sentence's result is what ``translate`` gives it alone (batched decoding equals one-by-one
-decoding), whatever else is in the batch. Other model work (attention maps) runs on the same
+for others, groups what it has by identical decoding settings, packs each group's sentences into
+the translator's token-budget batches and makes one :meth:`TranslatorBase.translate` call per
+batch. Each sentence's result is what ``translate`` gives it alone (batched decoding equals
+one-by-one decoding), whatever else is in the batch. A request's Future stays pending until its
+results are in, so cancelling it (its client went away, the server stopped waiting) drops its
+sentences from the batches not yet decoded. Other model work (attention maps) runs on the same
 thread between batches, so the model is never used by two threads at once.
 """
 
@@ -21,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from seq2seq.config import DecodeConfig
-from seq2seq.inference.translator import Translation, TranslatorBase
+from seq2seq.inference.translator import Translation, TranslatorBase, token_budget_batches
 from seq2seq.serving.metrics import ServingMetrics
 
 log = logging.getLogger(__name__)
@@ -83,14 +85,21 @@ class DynamicBatcher:
         """Run ``function`` on the worker thread, alone, when its turn comes."""
         return self._put(_CallJob(function)).future
 
-    def close(self) -> None:
-        """Stop accepting work, finish everything queued, then stop the worker (blocks until it has)."""
+    def close(self, timeout: float | None = None) -> bool:
+        """Stop accepting work, finish what is queued (a cancelled request costs nothing), then stop
+        the worker. False if it is still busy after ``timeout`` seconds: a model call cannot be
+        interrupted, and the worker, a daemon thread, ends with the process."""
         if self._closed or not self._thread.is_alive():
             self._closed = True
-            return
+            return not self._thread.is_alive()
         self._closed = True
-        self._queue.put(_STOP)  # blocks while the queue is full; the worker is draining it
-        self._thread.join()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            self._queue.put(_STOP, timeout=timeout)  # waits while the queue is full: the worker drains it
+        except queue.Full:
+            return False
+        self._thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        return not self._thread.is_alive()
 
     def _put(self, job: _TranslateJob | _CallJob) -> _TranslateJob | _CallJob:
         if self._closed:
@@ -136,29 +145,50 @@ class DynamicBatcher:
         return jobs
 
     def _translate(self, jobs: list[_TranslateJob]) -> None:
-        """One ``translate`` call per group of identical settings; results go back job by job."""
-        live = [job for job in jobs if job.future.set_running_or_notify_cancel()]  # drop abandoned ones
+        """The jobs, grouped by identical settings (a group shares batches), in order of arrival."""
         groups: list[tuple[DecodeConfig, list[_TranslateJob]]] = []
-        for job in live:
+        for job in jobs:
             group = next((g for settings, g in groups if settings == job.settings), None)
             if group is None:
                 groups.append((job.settings, [job]))
             else:
                 group.append(job)
         for settings, group in groups:
-            texts = [text for job in group for text in job.texts]
-            try:
-                results = list(self.translator.translate(texts, settings))
-            except Exception as err:  # the requests fail with it; the worker keeps serving
-                log.exception("translation of a batch of %d sentences failed", len(texts))
-                for job in group:
-                    job.future.set_exception(err)
-                continue
-            self.metrics.batch(len(group), len(texts))
-            start = 0
+            self._translate_group(settings, group)
+
+    def _translate_group(self, settings: DecodeConfig, group: list[_TranslateJob]) -> None:
+        """One ``translate`` call per token-budget batch of the group's sentences, leaving out those
+        of cancelled jobs; results go back job by job."""
+        texts = [text for job in group for text in job.texts]
+        owners = [job for job in group for _ in job.texts]
+        results: list[list[Translation]] = [[] for _ in texts]
+        decoded = 0
+        try:
+            sources = self.translator.encode(texts)
+            blank = [i for i, ids in enumerate(sources) if not ids]  # no model call: they translate to ""
+            budget = self.translator.batch_tokens
+            for rows in [blank, *(b.tolist() for b in token_budget_batches(sources, budget))]:
+                live = [i for i in rows if not owners[i].future.cancelled()]
+                self.metrics.cancelled(len(rows) - len(live))
+                if live:
+                    translated = self.translator.translate([texts[i] for i in live], settings)
+                    for i, nbest in zip(live, translated, strict=True):
+                        results[i] = nbest
+                    decoded += len(live)
+        except Exception as err:  # the requests fail with it; the worker keeps serving
+            log.exception("translation of a batch of %d sentences failed", len(texts))
             for job in group:
+                if job.future.set_running_or_notify_cancel():
+                    job.future.set_exception(err)
+            return
+        answered, start = 0, 0
+        for job in group:
+            if job.future.set_running_or_notify_cancel():
                 job.future.set_result(results[start : start + len(job.texts)])
-                start += len(job.texts)
+                answered += 1
+            start += len(job.texts)
+        if answered:
+            self.metrics.batch(answered, decoded)
 
 
 def _run(future: Future[Any], function: Callable[[], Any]) -> None:

@@ -3,8 +3,9 @@
 The listening socket is bound before the address is printed, so ``--port 0`` (any free port)
 prints the real port and a client that connects right after the line is printed waits for
 the app instead of being refused. SIGTERM or Ctrl-C starts uvicorn's graceful shutdown: no new
-connections, requests in flight finish, the batcher serves what is queued, and the process
-exits 0. A second Ctrl-C stops at once.
+connections; the requests in flight get ``--graceful-timeout`` seconds to be answered, and those
+still waiting then are answered 503; the process exits 0 at most :data:`~seq2seq.serving.app.WORKER_STOP_S`
+seconds later. A second Ctrl-C stops at once.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from seq2seq.serving.batcher import DynamicBatcher
 from seq2seq.serving.service import DEFAULT_MAX_INPUT_CHARS, Limits, TranslationService
 
 PROG = "serve.py"
-GRACEFUL_TIMEOUT_S = 30  # requests still running after this long at shutdown are cancelled
+GRACEFUL_TIMEOUT_S = 20  # with WORKER_STOP_S, the exit comes within 30 s of SIGTERM (Kubernetes' grace)
 EXPECTED_ERRORS = (CheckpointError, ExportError, ValueError, OSError)  # OSError: e.g. the port is taken
 
 
@@ -75,6 +76,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="MS",
         help="how long a request may wait for others to share its model call (default: 5)",
     )
+    parser.add_argument(
+        "--graceful-timeout",
+        type=float,
+        default=GRACEFUL_TIMEOUT_S,
+        metavar="S",
+        help="at SIGTERM, how long the requests in flight get to be answered; those still waiting "
+        f"then get 503 (default: {GRACEFUL_TIMEOUT_S})",
+    )
     parser.add_argument("--access-log", action="store_true", help="log every request (off: see /metrics)")
     return parser
 
@@ -85,8 +94,9 @@ def _check(args: argparse.Namespace) -> None:
             raise UsageError(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port must be in 0..65535, got {args.port}")
-    if args.max_wait_ms < 0:
-        raise UsageError(f"--max-wait-ms must be >= 0, got {args.max_wait_ms}")
+    for name in ("max_wait_ms", "graceful_timeout"):
+        if not getattr(args, name) >= 0:  # NaN too
+            raise UsageError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
 
 
 def describe_model(facts: ModelFacts) -> str:
@@ -146,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
         create_app(service),
         log_level="info",
         access_log=args.access_log,
-        timeout_graceful_shutdown=GRACEFUL_TIMEOUT_S,
+        timeout_graceful_shutdown=args.graceful_timeout,
     )
     with _exit_zero_after_graceful_shutdown():
         uvicorn.Server(config).run(sockets=[sock])

@@ -52,7 +52,8 @@ def _header(name: str, kind: str, help_text: str) -> list[str]:
 
 
 class ServingMetrics:
-    """Requests (by endpoint and status), their latency, requests in flight and batch sizes."""
+    """Requests (by endpoint and status), their latency, requests in flight, batch sizes and the
+    sentences of cancelled requests."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -61,6 +62,7 @@ class ServingMetrics:
         self._latency: dict[str, Histogram] = {}
         self._batch_requests = Histogram(BATCH_BUCKETS)
         self._batch_sentences = Histogram(BATCH_BUCKETS)
+        self._cancelled = 0
 
     def expect(self, endpoints: Iterable[str]) -> None:
         """Show these endpoints' in-flight gauges at 0 before their first request, so a scraper
@@ -80,10 +82,16 @@ class ServingMetrics:
             self._latency.setdefault(endpoint, Histogram(LATENCY_BUCKETS)).observe(seconds)
 
     def batch(self, requests: int, sentences: int) -> None:
-        """One model call that served ``requests`` requests holding ``sentences`` sentences."""
+        """One pass over requests that share decoding settings: ``requests`` answered, ``sentences``
+        decoded (in as many model calls as their token budget needs)."""
         with self._lock:
             self._batch_requests.observe(requests)
             self._batch_sentences.observe(sentences)
+
+    def cancelled(self, sentences: int) -> None:
+        """Sentences left undecoded because their request was cancelled."""
+        with self._lock:
+            self._cancelled += sentences
 
     def render(self, queue_depth: int) -> str:
         """The exposition text; ``queue_depth`` is read by the caller at scrape time."""
@@ -115,6 +123,12 @@ class ServingMetrics:
                 "seq2seq_batch_sentences", "histogram", "Sentences translated by one model call."
             )
             lines += self._batch_sentences.lines("seq2seq_batch_sentences")
+            lines += _header(
+                "seq2seq_cancelled_sentences_total",
+                "counter",
+                "Sentences not decoded: their client went away, or the server stopped waiting.",
+            )
+            lines.append(f"seq2seq_cancelled_sentences_total {self._cancelled}")
         lines += _header("seq2seq_queue_depth", "gauge", "Requests waiting for the model.")
         lines.append(f"seq2seq_queue_depth {queue_depth}")
         return "\n".join(lines) + "\n"

@@ -99,5 +99,6 @@ class InfoResponse(BaseModel):
     model: dict = Field(description="the model config stored in the checkpoint")
     decoding: dict = Field(description="default decoding settings (the checkpoint's validation ones)")
     limits: dict = Field(
-        description="what this server accepts: max_input_chars, max_beam, max_texts, queue_size"
+        description="what this server accepts: max_input_chars, max_body_bytes, max_beam, max_texts, "
+        "queue_size"
     )

@@ -47,6 +47,13 @@ class Limits:
     max_input_chars: int = DEFAULT_MAX_INPUT_CHARS
     queue_size: int = 256
 
+    @property
+    def max_body_bytes(self) -> int:
+        """The longest body a valid request can have, and so the most the server reads: MAX_TEXTS
+        sentences of max_input_chars characters, each as JSON may escape it (U+1F600 is
+        ``\\ud83d\\ude00``, 12 bytes), and room for the other fields."""
+        return MAX_TEXTS * (12 * self.max_input_chars + 4) + 1024
+
 
 class TranslationService:
     """The served model behind the batcher, with the checks and payloads of each route."""
@@ -123,7 +130,12 @@ class TranslationService:
             tgt_vocab_size=facts.tokenizer.tgt_vocab_size,
             model=asdict(facts.model_config),
             decoding=asdict(self.translator.decode_cfg),
-            limits={**asdict(self.limits), "max_beam": MAX_BEAM, "max_texts": MAX_TEXTS},
+            limits={
+                **asdict(self.limits),
+                "max_body_bytes": self.limits.max_body_bytes,
+                "max_beam": MAX_BEAM,
+                "max_texts": MAX_TEXTS,
+            },
         )
 
 

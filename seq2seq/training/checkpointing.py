@@ -14,6 +14,7 @@ from typing import Any
 
 import pytorch_lightning as pl
 from lightning_fabric.plugins import TorchCheckpointIO
+from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from seq2seq.checkpoint import save_atomically
 
@@ -31,7 +32,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
 
 class SaveLast(pl.Callback):
-    """Keep ``last.ckpt`` current: every n steps, after each validation, at the end, and on Ctrl-C.
+    """Keep ``last.ckpt`` current: every n steps, after each validation, at the end, on Ctrl-C and SIGTERM.
 
     Lightning's ModelCheckpoint refreshes ``last`` only when it also saves a monitored checkpoint,
     and its step and epoch triggers exclude each other; resuming needs all of them.
@@ -58,9 +59,10 @@ class SaveLast(pl.Callback):
         self._save(trainer)
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, error: BaseException) -> None:
-        if isinstance(error, KeyboardInterrupt):
+        if isinstance(error, (KeyboardInterrupt, SIGTERMException)):  # stopped on purpose, to be resumed
             self._save(trainer)
-            log.warning("interrupted: saved a resumable checkpoint to %s", self.path)
+            why = "SIGTERM" if isinstance(error, SIGTERMException) else "interrupted"
+            log.warning("%s: saved a resumable checkpoint to %s", why, self.path)
 
 
 class InterruptBetweenBatches(pl.Callback):

@@ -46,10 +46,11 @@ def insert_overrides(argv: list[str], extra: list[str]) -> list[str]:
     return [*argv[:start], *extra, *argv[start:]]
 
 
-def compose_run(config_dir: Path, overrides: list[str]) -> DictConfig:
-    """The config of one run, composed from ``configs/train.yaml`` as ``train.py`` composes it."""
+def compose_run(config_dir: Path, overrides: list[str], with_hydra: bool = False) -> DictConfig:
+    """The config of one run, composed from ``configs/train.yaml`` as ``train.py`` composes it
+    (``with_hydra``: with Hydra's own node, ``hydra.run.dir`` and the rest)."""
     with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
-        return compose(CONFIG_NAME, overrides=overrides)
+        return compose(CONFIG_NAME, overrides=overrides, return_hydra_config=with_hydra)
 
 
 def job_overrides(overrides: list[str], multirun: bool) -> list[list[str]]:
@@ -119,25 +120,27 @@ def explain(err: HydraException, config_dir: Path, overrides: list[str]) -> str 
     return None
 
 
-def check_overrides(argv: list[str], config_dir: Path) -> None:
+def check_overrides(argv: list[str], config_dir: Path) -> list[str] | None:
     """Raise :class:`ConfigError` with one line if the overrides of ``argv`` name an unknown key or
     option, a value of the wrong type, or (for a training run, not ``--cfg``/``--info``) a value
-    that breaks a rule of ``seq2seq/config.py``. Silent where Hydra's own message is the answer."""
+    that breaks a rule of ``seq2seq/config.py``. Silent where Hydra's own message is the answer.
+    Returns a training run's overrides (a sweep's first job's), or None where nothing will train."""
     args = hydra_args(argv)
     asks_hydra = args.help or args.hydra_help or args.shell_completion or args.experimental_rerun
     if asks_hydra or args.config_name or args.config_path or args.config_dir:  # or another config
-        return
+        return None
     training = args.cfg is None and args.info is None
     try:
         jobs = job_overrides(args.overrides, args.multirun)
     except HydraException:  # the grammar itself: Hydra points at the character
-        return
+        return None
     for overrides in jobs:
         try:
             cfg = compose_run(config_dir, overrides)
         except HydraException as err:
             if line := explain(err, config_dir, overrides):
                 raise ConfigError(line) from err
-            return
+            return None
         if training:
             validated_run(cfg)
+    return jobs[0] if training else None

@@ -21,7 +21,7 @@ from pytorch_lightning.utilities import rank_zero_only
 from rich.logging import RichHandler
 
 from seq2seq.data.batching import Batch
-from seq2seq.training.budget import time_limit
+from seq2seq.training.budget import clock_time, time_limit
 
 log = logging.getLogger(__name__)
 
@@ -43,12 +43,6 @@ class ConsoleFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         return getattr(record, TO_CONSOLE, True)
-
-
-def clock_time(seconds: float) -> str:
-    """``H:MM:SS`` for a duration in seconds."""
-    minutes, secs = divmod(int(seconds), 60)
-    return f"{minutes // 60}:{minutes % 60:02d}:{secs:02d}"
 
 
 def seconds_left(trainer: pl.Trainer, step_seconds: float) -> float | None:
@@ -74,6 +68,7 @@ class ProgressLog(pl.Callback):
         self._started = self._last_time = 0.0
         self._last_step = 0
         self._tokens = 0
+        self._best: float | None = None  # val/bleu of best.ckpt
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: Any) -> None:
         bar_on_terminal = trainer.progress_bar_callback is not None and sys.stdout.isatty()
@@ -81,6 +76,8 @@ class ProgressLog(pl.Callback):
         self._started = self._last_time = time.monotonic()
         self._last_step = trainer.global_step
         self._tokens = 0
+        score = getattr(trainer.checkpoint_callback, "best_model_score", None)  # restored on resume
+        self._best = None if score is None else float(score)
 
     def _write(self, message: str, *args: Any) -> None:
         log.info(message, *args, extra={TO_CONSOLE: self._to_console})
@@ -115,11 +112,13 @@ class ProgressLog(pl.Callback):
         metrics = trainer.callback_metrics
         if trainer.sanity_checking or "val/bleu" not in metrics:
             return
-        bleu, best = float(metrics["val/bleu"]), float(metrics["hp/best_bleu"])
+        bleu, best = float(metrics["val/bleu"]), self._best
+        improved = best is None or bleu > best  # as best.ckpt is replaced: a tie keeps the earlier one
+        self._best = bleu if improved else best
         self._write(
             "validation at step %d: BLEU %.2f, chrF %.2f, %s",
             trainer.global_step,
             bleu,
             float(metrics.get("val/chrf", math.nan)),
-            "the best so far" if bleu >= best else f"best {best:.2f}",
+            "the best so far" if improved else f"best {best:.2f}",
         )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+from contextlib import nullcontext
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -31,14 +32,13 @@ from seq2seq.training.final_validation import ValidateAtTheEnd
 from seq2seq.training.global_batch import GlobalBatch
 from seq2seq.training.module import TranslationModule
 from seq2seq.training.monitoring import TensorBoardPanels
+from seq2seq.training.ownership import STARTUP_FILES, STARTUP_LOGS, not_writable, owned, resumes
 from seq2seq.training.progress_log import ProgressLog
 from seq2seq.training.time_shares import TimeShares
 
 log = logging.getLogger(__name__)
 
 MIN_FREE_BYTES = 200 * 2**20  # refuse to start with less free disk than a few checkpoints need
-STARTUP_FILES = {".hydra", "config.yaml", "tokenizer.json"}  # Hydra's and ours, before training
-STARTUP_LOGS = "train*.log"  # Hydra's log: train.log, train_rank<k>.log, train_ddp_process_<k>.log
 
 
 def check_run_directory(path: Path) -> None:
@@ -49,7 +49,7 @@ def check_run_directory(path: Path) -> None:
         probe.write_bytes(b"ok")
         probe.unlink()
     except OSError as err:
-        raise ConfigError(f"output_dir {path} is not writable: {err.strerror or err}") from err
+        raise not_writable(path, err) from err
     free = shutil.disk_usage(path).free
     if free < MIN_FREE_BYTES:
         raise ConfigError(
@@ -148,10 +148,17 @@ def train(cfg: DictConfig) -> dict[str, float]:
     run_dir = run_directory(cfg)
     cfg.output_dir = str(run_dir)  # config.yaml says where the run went
     run = validated_run(cfg)
-    model_cfg, data_cfg, optim_cfg, decode_cfg = run.model, run.data, run.optim, run.decode
     if run.ckpt_path is not None and not Path(run.ckpt_path).is_file():
         raise ConfigError(f"ckpt_path: no checkpoint at {run.ckpt_path}")
-    check_run_directory(run_dir)
+    claim = owned(run_dir, resumes(run.ckpt_path, run_dir), run.overwrite_output_dir)
+    with claim if rank_zero_only.rank == 0 else nullcontext():  # the other ranks write where rank 0 holds
+        check_run_directory(run_dir)
+        return _train_in(run_dir, cfg, run)
+
+
+def _train_in(run_dir: Path, cfg: DictConfig, run: RunConfig) -> dict[str, float]:
+    """The run itself, once ``run_dir`` is known to be this run's to write."""
+    model_cfg, data_cfg, optim_cfg, decode_cfg = run.model, run.data, run.optim, run.decode
     header = settle_machine_choices(cfg, model_cfg)
     if rank_zero_only.rank == 0:  # every rank of a torchrun or SLURM launch runs this; one writes
         (run_dir / "config.yaml").write_text(
@@ -181,5 +188,10 @@ def train(cfg: DictConfig) -> dict[str, float]:
     if cfg.compile:
         module.model.compile()  # in place, so checkpoint keys stay unchanged
     trainer = build_trainer(cfg.trainer, run, run_dir)
-    trainer.fit(module, datamodule=datamodule, ckpt_path=run.ckpt_path)
+    try:
+        trainer.fit(module, datamodule=datamodule, ckpt_path=run.ckpt_path)
+    except SystemExit:
+        if trainer.interrupted and not trainer.received_sigterm:  # Lightning's exit(1) after a Ctrl-C
+            raise KeyboardInterrupt from None
+        raise  # SIGTERM: Lightning's SIGTERMException, once SaveLast has saved
     return {name: float(value) for name, value in trainer.callback_metrics.items()}

@@ -1,0 +1,278 @@
+"""Bad input as a user gives it: one line on stderr, a non-zero exit, and nothing of theirs lost.
+
+Each case runs the command line; the ones a subprocess adds nothing to (argument checks, the
+same opener behind three commands) run its ``main`` in-process, to stay fast.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+from compose import ROOT
+from tiny import CORPUS
+
+from seq2seq.data import inspect
+from seq2seq.export.__main__ import main as export_main
+from seq2seq.inference import cli
+from seq2seq.inference.cli import main as translate_main
+from seq2seq.serving.cli import main as serve_main
+
+
+def _command(*argv: str, **options) -> subprocess.CompletedProcess:
+    """``python ARGV`` in the repository, as a user runs it."""
+    return subprocess.run(
+        [sys.executable, *argv], capture_output=True, text=True, cwd=ROOT, timeout=120, **options
+    )
+
+
+def _one_line(stderr: str) -> str:
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, stderr
+    return lines[0]
+
+
+def _bad_checkpoint(kind: str, checkpoint: Path, directory: Path) -> tuple[Path, str]:
+    """A checkpoint gone wrong and the reason its error gives."""
+    path = directory / f"{kind}.ckpt"
+    if kind == "empty":
+        path.write_bytes(b"")
+        return path, "the file is empty (0 bytes)"
+    if kind == "truncated":  # a copy cut short
+        path.write_bytes(checkpoint.read_bytes()[:100_000])
+        return path, "the file is truncated (100,000 bytes, its zip archive has no end)"
+    path.write_text("step,loss\n1,7.5\n", encoding="utf-8")  # a text file renamed .ckpt
+    return path, "it holds text, not a PyTorch checkpoint"
+
+
+COMMANDS: dict[str, tuple[Callable[[list[str]], int], list[str]]] = {  # prog -> (main, argv after --ckpt)
+    "translate.py": (translate_main, ["Hi."]),
+    "serve.py": (serve_main, []),
+    "python -m seq2seq.export": (export_main, ["--force", "{tmp}/exported"]),
+}
+KINDS = ("empty", "truncated", "text")
+
+
+@pytest.mark.parametrize("prog", COMMANDS)
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_unreadable_checkpoint_is_one_line_everywhere_it_is_opened(
+    checkpoint: Path, tmp_path: Path, capsys, prog: str, kind: str
+) -> None:
+    path, reason = _bad_checkpoint(kind, checkpoint, tmp_path)
+    main, rest = COMMANDS[prog]
+    assert main(["--ckpt", str(path), *(arg.replace("{tmp}", str(tmp_path)) for arg in rest)]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert _one_line(captured.err) == f"{prog}: error: cannot read checkpoint {path}: {reason}"
+
+
+@pytest.mark.parametrize(
+    ("argv", "kind"),
+    [
+        (["translate.py", "Hi."], "empty"),
+        (["serve.py"], "truncated"),
+        (["-m", "seq2seq.export", "{tmp}/exported"], "text"),
+    ],
+)
+def test_the_commands_themselves_print_that_line(
+    checkpoint: Path, tmp_path: Path, argv: list[str], kind: str
+) -> None:
+    path, reason = _bad_checkpoint(kind, checkpoint, tmp_path)
+    script, *rest = (arg.replace("{tmp}", str(tmp_path)) for arg in argv)
+    result = _command(*([script] if script == "-m" else [str(ROOT / script)]), *rest, "--ckpt", str(path))
+    assert result.returncode == 1 and result.stdout == ""
+    assert _one_line(result.stderr).endswith(f"error: cannot read checkpoint {path}: {reason}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]
+
+
+def test_force_replaces_the_export_and_keeps_the_users_files(checkpoint: Path, tmp_path: Path) -> None:
+    out = tmp_path / "model"
+    assert export_main([str(out), "--ckpt", str(checkpoint)]) == 0
+    (out / "NOTES.md").write_text("how I trained it\n", encoding="utf-8")
+    (out / "eval").mkdir()
+    (out / "eval" / "hyp.txt").write_text("hola\n", encoding="utf-8")
+    argv = (
+        "-m",
+        "seq2seq.export",
+        str(out),
+        "--ckpt",
+        str(checkpoint),
+        "--force",
+        "--quantization",
+        "float32",
+    )
+    result = _command(*argv)
+    assert result.returncode == 0, result.stderr
+    assert (out / "NOTES.md").read_text(encoding="utf-8") == "how I trained it\n"
+    assert (out / "eval" / "hyp.txt").read_text(encoding="utf-8") == "hola\n"
+    metadata = json.loads((out / "seq2seq.json").read_text(encoding="utf-8"))
+    assert metadata["quantization"] == "float32"
+    assert metadata["files"] == sorted({p.name for p in out.iterdir()} - {"NOTES.md", "eval"})
+    assert [p.name for p in tmp_path.iterdir()] == ["model"]  # no staged or old directory left
+
+
+def test_an_export_that_did_not_list_its_files_keeps_what_the_new_one_does_not_write(
+    checkpoint: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "model"
+    assert export_main([str(out), "--ckpt", str(checkpoint)]) == 0
+    metadata = json.loads((out / "seq2seq.json").read_text(encoding="utf-8"))
+    del metadata["files"]  # as exports were written before seq2seq.json listed them
+    (out / "seq2seq.json").write_text(json.dumps(metadata), encoding="utf-8")
+    (out / "NOTES.md").write_text("mine\n", encoding="utf-8")
+    assert export_main([str(out), "--ckpt", str(checkpoint), "--force"]) == 0
+    assert (out / "NOTES.md").read_text(encoding="utf-8") == "mine\n"
+
+
+def test_force_refuses_to_overwrite_a_file_of_the_users(checkpoint: Path, tmp_path: Path, capsys) -> None:
+    """A ctranslate2 export has no README.md, a transformers one does: the user's stays, unreplaced."""
+    data = torch.load(checkpoint, weights_only=True)
+    data["seq2seq"]["data_config"]["path"] = str(tmp_path / "moved.tsv")  # the model card scores nothing
+    moved = tmp_path / "moved.ckpt"
+    torch.save(data, moved)
+    out = tmp_path / "model"
+    assert export_main([str(out), "--ckpt", str(moved)]) == 0
+    (out / "README.md").write_text("my notes\n", encoding="utf-8")
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    capsys.readouterr()
+    assert export_main([str(out), "--ckpt", str(moved), "--to", "transformers", "--force"]) == 1
+    error = capsys.readouterr().err.strip().splitlines()[-1]  # after transformers' progress bar
+    assert error == (
+        f"python -m seq2seq.export: error: {out}/README.md was not written by the earlier export and the "
+        "new one writes a file of that name: move it away first"
+    )
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model", "moved.ckpt"]
+
+
+def test_output_writes_through_a_symlink_and_keeps_the_files_mode(checkpoint: Path, tmp_path: Path) -> None:
+    real = tmp_path / "real.txt"
+    real.write_text("yesterday's\n", encoding="utf-8")
+    real.chmod(0o604)
+    link = tmp_path / "link.txt"
+    link.symlink_to(real)
+    result = _command(
+        str(ROOT / "translate.py"), "--ckpt", str(checkpoint), "--device", "cpu", "-o", str(link), "Hi."
+    )
+    assert result.returncode == 0, result.stderr
+    assert link.is_symlink() and link.resolve() == real
+    assert len(real.read_text(encoding="utf-8").splitlines()) == 1 and "yesterday" not in real.read_text(
+        encoding="utf-8"
+    )
+    assert stat.S_IMODE(real.stat().st_mode) == 0o604
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.txt", "real.txt"]
+
+
+def test_a_new_output_file_gets_the_umasks_mode(checkpoint: Path, tmp_path: Path, run_cli) -> None:
+    umask = os.umask(0o027)
+    try:
+        code, _, err = run_cli(
+            "--ckpt", str(checkpoint), "--device", "cpu", "-o", str(tmp_path / "out.txt"), "Hi."
+        )
+    finally:
+        os.umask(umask)
+    assert code == 0, err
+    assert stat.S_IMODE((tmp_path / "out.txt").stat().st_mode) == 0o640
+
+
+@pytest.fixture
+def pairs(tmp_path: Path) -> Path:
+    """A few pairs of the fixture corpus, laid out as the checkpoint's training corpus."""
+    path = tmp_path / "pairs.tsv"
+    path.write_text(
+        "".join(CORPUS.read_text(encoding="utf-8").splitlines(keepends=True)[:4]), encoding="utf-8"
+    )
+    return path
+
+
+def test_an_unwritable_metrics_file_fails_before_decoding(
+    checkpoint: Path, pairs: Path, tmp_path: Path
+) -> None:
+    missing = tmp_path / "missing" / "dir" / "m.json"
+    ok = tmp_path / "ok.txt"
+    result = _command(
+        str(ROOT / "translate.py"), "--ckpt", str(checkpoint), "--device", "cpu", "--eval", str(pairs),
+        "--output", str(ok), "--metrics-out", str(missing),
+    )  # fmt: skip
+    assert result.returncode == 1 and result.stdout == ""
+    reason = f"its directory {missing.parent} does not exist"
+    assert _one_line(result.stderr) == f"translate.py: error: cannot write --metrics-out {missing}: {reason}"
+    assert not ok.exists()
+
+
+def test_scores_are_printed_before_a_late_write_fails(
+    checkpoint: Path, pairs: Path, tmp_path: Path, run_cli, monkeypatch
+) -> None:
+    scores_dir = tmp_path / "scores"
+    scores_dir.mkdir()
+    evaluate = cli.evaluate
+
+    def evaluate_then_lose_the_directory(*args):
+        evaluation = evaluate(*args)
+        shutil.rmtree(scores_dir)  # gone while decoding ran
+        return evaluation
+
+    monkeypatch.setattr(cli, "evaluate", evaluate_then_lose_the_directory)
+    code, lines, err = run_cli(
+        "--ckpt", str(checkpoint), "--device", "cpu", "--eval", str(pairs),
+        "--output", str(tmp_path / "ok.txt"), "--metrics-out", str(scores_dir / "m.json"),
+    )  # fmt: skip
+    assert code == 1
+    assert any(line.startswith("BLEU") for line in lines) and any(line.startswith("chrF") for line in lines)
+    assert "No such file or directory" in _one_line(err)
+    assert len((tmp_path / "ok.txt").read_text(encoding="utf-8").splitlines()) == 4
+
+
+def test_a_beam_wider_than_the_vocabulary_is_refused(checkpoint: Path, run_cli) -> None:
+    result = _command(
+        str(ROOT / "translate.py"), "--ckpt", str(checkpoint), "--device", "cpu", "--beam", "9000", "Hi."
+    )
+    assert result.returncode == 2 and result.stdout == ""
+    assert _one_line(result.stderr) == (
+        "translate.py: error: --beam 9000 is more than the target vocabulary's 300 tokens (see --help)"
+    )
+    code, lines, err = run_cli(
+        "--ckpt", str(checkpoint), "--device", "cpu", "--beam", "300", "--max-len", "1", "Hi."
+    )
+    assert (code, len(lines)) == (0, 1), err  # as wide as the vocabulary: searched
+
+
+@pytest.mark.parametrize("temperature", ["nan", "inf", "-1"])
+def test_a_temperature_that_is_not_a_finite_number_at_least_0_is_refused(
+    checkpoint: Path, run_cli, temperature: str
+) -> None:
+    code, lines, err = run_cli("--ckpt", str(checkpoint), "--sample", "--temperature", temperature, "Hi.")
+    assert code == 2 and lines == []
+    assert _one_line(err) == (
+        f"translate.py: error: --temperature must be a finite number >= 0 (0: greedy), "
+        f"got {float(temperature)} (see --help)"
+    )
+
+
+def test_temperature_0_is_greedy_search(checkpoint: Path, run_cli) -> None:
+    sentences = ["How are you?", "I like coffee.", "Good morning."]
+    common = ["--ckpt", str(checkpoint), "--device", "cpu", "--dtype", "float32"]
+    greedy = run_cli(*common, "--greedy", *sentences)
+    assert run_cli(*common, "--sample", "--temperature", "0", "--seed", "3", *sentences) == greedy
+    assert greedy[0] == 0
+
+
+def test_a_binary_corpus_is_not_called_utf_16(tmp_path: Path, capsys) -> None:
+    """The corpus as training reads it (``python -m seq2seq.data.inspect`` composes the same config)."""
+    corpus = tmp_path / "corpus.tsv"
+    corpus.write_bytes(bytes(range(256)) * 64)  # NUL bytes, and no text in any encoding
+    overrides = ["experiment=tiny", f"data.path={corpus}", f"data.cache_dir={tmp_path / 'cache'}"]
+    assert inspect.main(overrides) == 1
+    line = _one_line(capsys.readouterr().err)
+    assert line.startswith(f"error: {corpus}: ")
+    assert line.endswith(
+        "first undecodable at line 1: NUL bytes, and not UTF-16 text either: is it a text file?"
+    )

@@ -1,0 +1,185 @@
+"""A run directory belongs to one run: a second run into it stops at once naming the first, an
+earlier run's files are written over only by its resume or when asked, default names never
+collide, and bad trainer limits are refused before any directory exists."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from compose import CONFIGS, ROOT, tiny_run
+
+from seq2seq.command_line import TERMINATED
+from seq2seq.config import ConfigError
+from seq2seq.training.launch import settle_run_directory
+from seq2seq.training.overrides import check_overrides
+from seq2seq.training.ownership import RunDirectoryTaken, RunLock, claim, fresh_directory, holder
+from seq2seq.training.run import train
+
+TINY = ("experiment=tiny", "trainer.max_epochs=1")
+
+
+def train_py(cwd: Path, *overrides: str) -> list[str]:
+    return [sys.executable, str(ROOT / "train.py"), *TINY, f"data.cache_dir={cwd / 'cache'}", *overrides]
+
+
+def wait_for_text(path: Path, text: str, process: subprocess.Popen, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not (path.is_file() and text in path.read_text()):
+        assert process.poll() is None, process.communicate()[1][-2000:]
+        assert time.monotonic() < deadline, f"{text!r} never appeared in {path}"
+        time.sleep(0.05)
+
+
+@pytest.mark.slow
+def test_a_second_run_stops_at_once_naming_the_first_which_sigterm_stops_resumably(tmp_path) -> None:
+    run_dir = tmp_path / "run"
+    first = subprocess.Popen(
+        train_py(
+            tmp_path,
+            f"hydra.run.dir={run_dir}",
+            "trainer.max_epochs=-1",  # only the SIGTERM ends it
+            "callbacks.progress_every_n_steps=2",
+        ),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for_text(run_dir / "train.log", "] - step 2 |", first)
+        hydra_config = (run_dir / ".hydra" / "config.yaml").read_text()
+        second = subprocess.run(
+            train_py(tmp_path, f"hydra.run.dir={run_dir}", "seed=7", "optim.lr=0.01"),
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert first.poll() is None  # still training, undisturbed
+        first.send_signal(signal.SIGTERM)
+        out, err = first.communicate(timeout=120)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert second.returncode == 1 and "step" not in second.stdout
+    [line] = second.stderr.strip().splitlines()
+    holder_is = rf"pid {first.pid} on {re.escape(socket.gethostname())}, started [\d-]{{10}} [\d:]{{8}}"
+    assert re.fullmatch(
+        rf"error: {re.escape(str(run_dir))} is in use by another run \({holder_is}\); "
+        "wait for it to end or choose another directory",
+        line,
+    )
+    assert (run_dir / ".hydra" / "config.yaml").read_text() == hydra_config  # the first run's, untouched
+    assert first.returncode == TERMINATED, err[-2000:]
+    assert "Traceback" not in err and "SIGTERM: saved a resumable checkpoint" in out
+    assert torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] >= 2
+    assert holder(run_dir) is None  # the lock went with the process
+
+
+def finished_run(directory: Path) -> list[str]:
+    """A directory as a finished run leaves it (what matters: it has checkpoints); its listing."""
+    (directory / "checkpoints").mkdir(parents=True)
+    (directory / "checkpoints" / "best.ckpt").write_bytes(b"the earlier run's model")
+    (directory / "config.yaml").write_text("seed: 1\n")
+    return sorted(path.name for path in directory.rglob("*"))
+
+
+def test_a_finished_runs_directory_is_refused_untouched(tmp_path) -> None:
+    run_dir = tmp_path / "run"
+    listing = finished_run(run_dir)
+    with pytest.raises(RunDirectoryTaken) as refused:
+        train(tiny_run(run_dir, tmp_path / "cache"))
+    assert str(refused.value) == (
+        f"{run_dir} holds an earlier run (checkpoints): resume it with "
+        f"ckpt_path={run_dir}/checkpoints/last.ckpt, choose another directory, "
+        "or pass overwrite_output_dir=true to write over it"
+    )
+    assert sorted(path.name for path in run_dir.rglob("*")) == listing  # not even a lock file
+
+
+def test_its_resume_or_overwrite_output_dir_may_write_there(tmp_path) -> None:
+    run_dir = tmp_path / "run"
+    finished_run(run_dir)
+    checkpoint = run_dir / "checkpoints" / "best.ckpt"
+    claim(run_dir, resumes=True, overwrite=False).release()
+    claim(run_dir, resumes=False, overwrite=True).release()
+    with pytest.raises(RunDirectoryTaken, match="holds an earlier run"):
+        claim(run_dir, resumes=False, overwrite=False)
+    assert checkpoint.read_bytes() == b"the earlier run's model"
+
+
+def test_a_held_directory_names_its_holder_and_is_free_once_released(tmp_path) -> None:
+    lock = claim(tmp_path / "run", resumes=False, overwrite=False)
+    started = time.strftime("%Y-%m-%d %H:%M")
+    who = holder(tmp_path / "run")
+    assert who is not None and who.startswith(f"pid {os.getpid()} on {socket.gethostname()}, started ")
+    assert who.endswith(tuple(f"{started}:{second:02d}" for second in range(60)))
+    with pytest.raises(RunDirectoryTaken, match=re.escape(f"is in use by another run ({who})")):
+        RunLock(tmp_path / "run")  # as another process would try it
+    lock.release()
+    assert holder(tmp_path / "run") is None
+    claim(tmp_path / "run", resumes=False, overwrite=False).release()  # start-up files only: free
+
+
+def test_runs_asking_for_one_default_name_at_once_each_get_their_own(tmp_path) -> None:
+    base, names = tmp_path / "runs" / "2030-01-01_00-00-00", []
+    start = threading.Barrier(8)
+
+    def ask() -> None:
+        start.wait()
+        names.append(fresh_directory(base).name)
+
+    threads = [threading.Thread(target=ask) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert sorted(names) == [base.name, *(f"{base.name}-{k}" for k in range(1, 8))]
+
+
+def test_a_default_name_that_is_taken_gets_a_suffix_and_a_chosen_one_does_not(tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    now = time.time()
+    for second in range(-1, 30):  # whichever second the config's ${now:...} reads
+        (tmp_path / "runs" / time.strftime("%Y-%m-%d_%H-%M-%S", time.localtime(now + second))).mkdir(
+            parents=True, exist_ok=True
+        )
+    argv, lock = settle_run_directory(["experiment=tiny"], ["experiment=tiny"], {}, CONFIGS)
+    try:
+        [named] = [arg for arg in argv if arg.startswith("hydra.run.dir=")]
+        assert re.fullmatch(r"hydra\.run\.dir=runs/\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d-1", named)
+        assert lock.run_dir == Path(named.split("=", 1)[1]) and holder(lock.run_dir) is not None
+    finally:
+        lock.release()
+    chosen = ["experiment=tiny", f"hydra.run.dir={tmp_path / 'mine'}"]
+    argv, lock = settle_run_directory(chosen, chosen, {}, CONFIGS)
+    lock.release()
+    assert argv == chosen and lock.run_dir == tmp_path / "mine"
+
+
+@pytest.mark.parametrize("limit", ["max_epochs", "max_steps"])
+def test_negative_trainer_limits_are_refused_and_minus_one_means_none(limit) -> None:
+    with pytest.raises(ConfigError, match=rf"^trainer\.{limit} must be >= 0, or -1 for no limit, got -5$"):
+        check_overrides(["experiment=tiny", f"trainer.{limit}=-5"], CONFIGS)
+    check_overrides(["experiment=tiny", f"trainer.{limit}=-1"], CONFIGS)
+
+
+def test_a_bad_limit_is_one_line_before_any_run_directory(tmp_path) -> None:
+    result = subprocess.run(
+        train_py(tmp_path, "trainer.max_epochs=-5"), cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        "error: trainer.max_epochs must be >= 0, or -1 for no limit, got -5"
+    ]
+    assert not (tmp_path / "runs").exists()
