@@ -225,7 +225,7 @@ def gpu_summary(prof: profile, wall_s: float, steps: int, unprofiled_s: float) -
     kernels: dict[str, float] = {}
     waits = dict.fromkeys(HOST_WAITS, 0)
     for event in prof.events():
-        if event.device_type == DeviceType.CUDA:
+        if event.device_type == DeviceType.CUDA and not event.is_user_annotation:  # kernels, not labels
             kernels[event.name] = kernels.get(event.name, 0.0) + event.self_device_time_total
         elif event.name in waits:
             waits[event.name] += 1

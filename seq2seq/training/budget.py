@@ -157,13 +157,14 @@ class Budget(pl.Callback):
             self._started = now
             return
         window = measuring_window(timer.time_elapsed(), timer.time_remaining())
+        steps = None
         if self._measure_from is None:
             if now - self._started >= WARMUP_SHARE * window:
                 self._measure_from = (now, step)
-            return
-        started, first_step = self._measure_from
-        estimate = estimated_steps(step, step - first_step, now - started, window, timer.time_remaining())
-        steps = None if estimate is None else min(self._step_budget, estimate)
+        else:
+            started, first_step = self._measure_from
+            estimate = estimated_steps(step, step - first_step, now - started, window, timer.time_remaining())
+            steps = None if estimate is None else min(self._step_budget, estimate)
         # Every rank broadcasts at every step until the decision: rank 0's clock alone says when and
         # how many steps, so the ranks decide at the same step and never wait on a skipped broadcast.
         steps = trainer.strategy.broadcast(steps)
