@@ -64,11 +64,9 @@ from seq2seq.data import corpus  # noqa: E402
 from seq2seq.data.batching import pad_ids  # noqa: E402
 from seq2seq.data.tokenizer import EOS_ID, PAD_ID, TranslationTokenizer  # noqa: E402
 from seq2seq.decoding import generate, greedy_search  # noqa: E402
-from seq2seq.export.to_ctranslate2 import export_model  # noqa: E402
 from seq2seq.export_folder import load_bundle  # noqa: E402
 from seq2seq.hardware import AUTO, INFERENCE_DTYPES, describe, resolve_dtype  # noqa: E402
 from seq2seq.inference.backends import open_model  # noqa: E402
-from seq2seq.inference.ct2_translator import CT2Translator  # noqa: E402
 from seq2seq.inference.evaluation import score  # noqa: E402
 from seq2seq.inference.translator import DEFAULT_BATCH_TOKENS, Translator, TranslatorBase  # noqa: E402
 from seq2seq.model import Transformer  # noqa: E402
@@ -317,7 +315,11 @@ def bench_models(baseline_ckpt: str, ckpt: str, reps: int) -> dict[str, float]:
 
 
 def export_engines(loaded: LoadedModel, directory: Path, threads: int) -> dict[str, TranslatorBase]:
-    """The model exported to CTranslate2 in each of QUANTIZATIONS, loaded on the CPU."""
+    """The model exported to CTranslate2 in each of QUANTIZATIONS, loaded on the CPU. CTranslate2 is
+    imported here, where its exports are timed, so the GPU parts run where it is not installed."""
+    from seq2seq.export.to_ctranslate2 import export_model
+    from seq2seq.inference.ct2_translator import CT2Translator
+
     engines: dict[str, TranslatorBase] = {}
     for quantization in QUANTIZATIONS:
         out = export_model(loaded, directory / quantization, quantization, source="bench/decode.py")
