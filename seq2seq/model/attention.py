@@ -125,10 +125,17 @@ class MultiHeadAttention(nn.Module):
         return self._split_heads(q, self.q_norm), self._split_heads(k, self.k_norm), self._split_heads(v)
 
     def attend(
-        self, x: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, need_weights: bool = False
+        self,
+        x: Tensor,
+        k: Tensor,
+        v: Tensor,
+        mask: Tensor | None = None,
+        need_weights: bool = False,
+        causal: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
         """Attend from queries ``x`` (B, Tq, D) over projected ``k``/``v``; returns (B, Tq, D) and weights."""
-        return self._attend_heads(self._split_heads(self.q_proj(x), self.q_norm), k, v, mask, need_weights)
+        q = self._split_heads(self.q_proj(x), self.q_norm)
+        return self._attend_heads(q, k, v, mask, need_weights, causal)
 
     def _attend_heads(
         self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, need_weights: bool, causal: bool = False
@@ -159,5 +166,4 @@ class MultiHeadAttention(nn.Module):
         if memory is None and self.training:
             return self._attend_heads(*self.project_qkv(x), mask, need_weights, causal)
         k, v = self.project_kv(x if memory is None else memory)
-        q = self._split_heads(self.q_proj(x), self.q_norm)
-        return self._attend_heads(q, k, v, mask, need_weights, causal)
+        return self.attend(x, k, v, mask, need_weights, causal)
