@@ -110,6 +110,21 @@ def build_trainer(trainer_args: DictConfig, run: RunConfig, run_dir: Path) -> pl
         GlobalBatch(run.data.max_tokens),
         ProgressLog(callbacks_cfg.progress_every_n_steps, callbacks_cfg.progress_every_s),
     ]
+    if callbacks_cfg.keep_last:
+        # Weights only, for averaging (python -m seq2seq.average); "step" always rises, so the top N
+        # by step are the last N validations.
+        callbacks.append(
+            ModelCheckpoint(
+                dirpath=ckpt_dir,
+                filename="step-{step}",
+                monitor="step",
+                mode="max",
+                save_top_k=callbacks_cfg.keep_last,
+                save_weights_only=True,
+                auto_insert_metric_name=False,
+                enable_version_counter=False,
+            )
+        )
     if callbacks_cfg.early_stopping_patience:
         # Checked after each validation, which is when val/bleu changes. Left to itself, Lightning
         # (2.6) decides this from trainer.val_check_interval, an attribute a time-based interval
