@@ -8,7 +8,8 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-import seq2seq.threads  # noqa: F401  (first of ours, and nothing above loads torch: see its docstring)
+import seq2seq.threads  # first of ours, and nothing above loads torch: see its docstring
+import seq2seq.use_jemalloc  # noqa: F401  (restarts under jemalloc where installed, before torch loads)
 
 # isort: split
 import torch

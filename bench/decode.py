@@ -13,9 +13,11 @@
 (d) With ``--ckpt NEW --baseline-ckpt OLD``: two trained models end to end, e.g. the previous
     default run's against the new default's (issue #27): beam 5 and greedy over NEW's test split
     in float32, both models interleaved, with each one's seconds and BLEU.
-(f) With ``--ckpt CKPT --compare-dtypes float32 bfloat16``: the checkpoint's test split in each
-    dtype on ``--device``, in this process after a warm-up (200 sentences), greedy and beam 5,
-    repetitions interleaved: seconds, BLEU, and the share of beam-5 lines equal to the first dtype's.
+(f) With ``--ckpt CKPT --compare-dtypes float32 int8 int8+shortlist ct2-int8``: the checkpoint's test
+    split by each decoder (a dtype, with or without the shortlist beside the checkpoint, or the
+    CTranslate2 int8 export) on ``--device``, in this process after a warm-up (200 sentences),
+    greedy and beam 5, repetitions interleaved: seconds, BLEU, and the share of lines equal to the
+    first decoder's; ratios of speed and BLEU against the first and of beam 5 against ct2-int8.
 (e) With ``--ckpt CKPT --peer DIR``: the same checkpoint's test split decoded by this tree and by
     the checkout in DIR (e.g. ``git worktree add /tmp/before <commit>``), beam 5 and greedy in each
     of ``--peer-dtypes``, and at beam 5 by its CTranslate2 int8/float32 and transformers exports
@@ -64,12 +66,14 @@ from seq2seq.data import corpus  # noqa: E402
 from seq2seq.data.batching import pad_ids  # noqa: E402
 from seq2seq.data.tokenizer import EOS_ID, PAD_ID, TranslationTokenizer  # noqa: E402
 from seq2seq.decoding import generate, greedy_search  # noqa: E402
+from seq2seq.decoding.shortlist import default_path  # noqa: E402
 from seq2seq.export_folder import load_bundle  # noqa: E402
 from seq2seq.hardware import AUTO, INFERENCE_DTYPES, describe, resolve_dtype  # noqa: E402
 from seq2seq.inference.backends import open_model  # noqa: E402
 from seq2seq.inference.evaluation import score  # noqa: E402
 from seq2seq.inference.translator import DEFAULT_BATCH_TOKENS, Translator, TranslatorBase  # noqa: E402
 from seq2seq.model import Transformer  # noqa: E402
+from seq2seq.shortlist import open_shortlist  # noqa: E402
 
 VOCAB = {
     "tiny": 2000,
@@ -94,9 +98,16 @@ TARGETS = {  # RATIO name (or its prefix) -> target
     "decode_beam5_vs_ct2_int8": 1,  # faster than the CTranslate2 int8 export
     "decode_test_beam5_seconds": 0.6,  # (f) on a GPU: at most this, the base model's test split
     "decode_test_greedy_seconds": 0.25,
-    "decode_beam5_speed_vs_float32": 1,  # (f) another dtype no slower than float32 (float32 s / its s)
+    "decode_cpu_beam5_seconds": 4,  # (f) on 2 cores of a CPU with AMX or AVX512-BF16, the default model
+    "decode_cpu_greedy_seconds": 1.5,
+    "decode_beam5_speed_vs_float32": 1,  # (f) another decoder no slower than float32 (float32 s / its s)
     "decode_greedy_speed_vs_float32": 1,
+    "decode_beam5_bleu_vs_float32": -0.3,  # ... and its BLEU at most 0.3 below float32's
+    "decode_greedy_bleu_vs_float32": -0.3,
+    "decode_beam5_speed_vs_ct2_int8_": 2,  # (f) beam 5 at least 2x the CTranslate2 int8 export
 }
+CT2_INT8 = "ct2-int8"  # (f) the CTranslate2 int8 export of the checkpoint, as a decoder
+SHORTLISTED = "+shortlist"  # (f) DTYPE+shortlist: with the shortlist beside the checkpoint
 
 
 def forced(length: int, beam: int = 1) -> DecodeConfig:
@@ -242,16 +253,33 @@ def bench_corpus(
     return {"worst_case": worst, "reference_lengths": typical}
 
 
-def compare_dtypes(ckpt: str, device: torch.device, dtypes: list[str], reps: int) -> dict[str, float]:
-    """(f): the test split in each dtype, after a warm-up, interleaved; seconds, BLEU, agreement."""
+def decoders(
+    ckpt: str, loaded: LoadedModel, device: torch.device, names: list[str], directory: Path
+) -> dict[str, TranslatorBase]:
+    """(f)'s decoders: ``DTYPE`` or ``DTYPE+shortlist`` (the shortlist beside the checkpoint), and
+    ``ct2-int8`` for the CTranslate2 int8 export of the same checkpoint."""
+    built: dict[str, TranslatorBase] = {}
+    for name in names:
+        if name == CT2_INT8:
+            built[name] = export_engines(loaded, directory, torch.get_num_threads(), ("int8",))["ct2 int8"]
+            continue
+        shortlisted = name.endswith(SHORTLISTED)
+        shortlist = open_shortlist(default_path(ckpt), loaded.tokenizer) if shortlisted else None
+        dtype = INFERENCE_DTYPES[name.removesuffix(SHORTLISTED)]
+        built[name] = Translator(
+            loaded.model, loaded.tokenizer, loaded.decode_config, device, dtype=dtype,
+            shortlist=shortlist,
+        )  # fmt: skip
+    return built
+
+
+def compare_dtypes(ckpt: str, device: torch.device, names: list[str], reps: int) -> dict[str, float]:
+    """(f): the test split by each decoder, after a warm-up, interleaved; seconds (the fastest
+    repetition), BLEU, agreement with the first. Each RATIO compares decoders of this one run."""
     loaded = load_model(ckpt)
     sources, references = corpus.references(corpus.load_splits(loaded.data_config)[0]["test"])
-    translators = {
-        name: Translator(
-            loaded.model, loaded.tokenizer, loaded.decode_config, device, dtype=INFERENCE_DTYPES[name]
-        )
-        for name in dtypes
-    }
+    workdir = tempfile.TemporaryDirectory(prefix="bench-decode-")
+    translators = decoders(ckpt, loaded, device, names, Path(workdir.name))
     seconds: dict[tuple[str, int], list[float]] = {}
     outputs: dict[tuple[str, int], list[str]] = {}
     for translator in translators.values():  # warm-up: kernels, the allocator, library set-up
@@ -267,21 +295,24 @@ def compare_dtypes(ckpt: str, device: torch.device, dtypes: list[str], reps: int
             if device.type == "cuda":
                 torch.cuda.synchronize()
             seconds.setdefault((name, beam), []).append(time.perf_counter() - start)
-    ratios, first = {}, dtypes[0]
-    print(f"(f) {ckpt}: {len(sources)} test sentences on {device}, medians of {reps}")
+    ratios, first = {}, names[0]
+    fastest = {key: min(times) for key, times in seconds.items()}
+    bleu = {key: score(lines, references)["bleu"] for key, lines in outputs.items()}
+    print(f"(f) {ckpt}: {len(sources)} test sentences on {device}, fastest of {reps}")
     for (name, beam), times in seconds.items():
-        median = statistics.median(times)
         same = sum(a == b for a, b in zip(outputs[name, beam], outputs[first, beam], strict=True))
-        bleu = score(outputs[name, beam], references)["bleu"]
         search = "beam5" if beam == 5 else "greedy"
         print(
-            f"  {name} {search}: {median:.3f} s, BLEU {bleu:.2f}, {same} of {len(sources)} lines as {first}'s"
+            f"  {name} {search}: {fastest[name, beam]:.3f} s (all: {', '.join(f'{t:.2f}' for t in times)}), "
+            f"BLEU {bleu[name, beam]:.2f}, {same} of {len(sources)} lines as {first}'s"
         )
-        ratios[f"decode_test_{search}_seconds_{name}"] = median
+        where = "test" if device.type == "cuda" else "cpu"
+        ratios[f"decode_{where}_{search}_seconds_{name}"] = fastest[name, beam]
         if name != first:
-            ratios[f"decode_{search}_speed_vs_float32_{name}"] = (
-                statistics.median(seconds[first, beam]) / median
-            )
+            ratios[f"decode_{search}_speed_vs_{first}_{name}"] = fastest[first, beam] / fastest[name, beam]
+            ratios[f"decode_{search}_bleu_vs_{first}_{name}"] = bleu[name, beam] - bleu[first, beam]
+        if CT2_INT8 in names and name != CT2_INT8 and beam == 5:
+            ratios[f"decode_beam5_speed_vs_ct2_int8_{name}"] = fastest[CT2_INT8, 5] / fastest[name, 5]
     return ratios
 
 
@@ -314,14 +345,16 @@ def bench_models(baseline_ckpt: str, ckpt: str, reps: int) -> dict[str, float]:
     return ratios
 
 
-def export_engines(loaded: LoadedModel, directory: Path, threads: int) -> dict[str, TranslatorBase]:
-    """The model exported to CTranslate2 in each of QUANTIZATIONS, loaded on the CPU. CTranslate2 is
+def export_engines(
+    loaded: LoadedModel, directory: Path, threads: int, quantizations: tuple[str, ...] = QUANTIZATIONS
+) -> dict[str, TranslatorBase]:
+    """The model exported to CTranslate2 in each of ``quantizations``, loaded on the CPU. CTranslate2 is
     imported here, where its exports are timed, so the GPU parts run where it is not installed."""
     from seq2seq.export.to_ctranslate2 import export_model
     from seq2seq.inference.ct2_translator import CT2Translator
 
     engines: dict[str, TranslatorBase] = {}
-    for quantization in QUANTIZATIONS:
+    for quantization in quantizations:
         out = export_model(loaded, directory / quantization, quantization, source="bench/decode.py")
         engines[f"ct2 {quantization}"] = CT2Translator(
             out, load_bundle(out), "cpu", DEFAULT_BATCH_TOKENS, threads=threads
@@ -427,8 +460,9 @@ def main() -> None:
     parser.add_argument(
         "--compare-dtypes",
         nargs="+",
-        choices=sorted(INFERENCE_DTYPES),
-        help="(f) these dtypes, first the reference",
+        choices=[*INFERENCE_DTYPES, *(name + SHORTLISTED for name in INFERENCE_DTYPES), CT2_INT8],
+        help=f"(f) these decoders, first the reference: a dtype, DTYPE{SHORTLISTED} (the checkpoint's "
+        f"shortlist, python -m seq2seq.shortlist) or {CT2_INT8} (its CTranslate2 int8 export)",
     )
     parser.add_argument(
         "--models-only", action="store_true", help="(d) or (e) alone, without (a), (b) and (c)"

@@ -188,6 +188,17 @@ def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     return checkpoint
 
 
+def weights(checkpoint: dict[str, Any], prefix: str | None = None) -> dict[str, torch.Tensor]:
+    """The weights under ``prefix`` (``MODEL_PREFIX`` or ``EMA_PREFIX``), named as the Transformer
+    names them; by default those inference loads, the validated ones: the EMA when trained with it."""
+    prefix = prefix or checkpoint[KEY].get("weights_prefix", MODEL_PREFIX)
+    return {
+        name[len(prefix) :]: tensor
+        for name, tensor in checkpoint["state_dict"].items()
+        if name.startswith(prefix)
+    }
+
+
 def load_model(path: str | Path, map_location: str | torch.device = "cpu") -> LoadedModel:
     """Rebuild the Transformer and tokenizer from a checkpoint, in eval mode."""
     path = Path(path)
@@ -207,14 +218,8 @@ def load_model(path: str | Path, map_location: str | torch.device = "cpu") -> Lo
             f"belong to its model ({vocab_sizes[0]}/{vocab_sizes[1]})"
         )
     model = Transformer(model_cfg, *vocab_sizes)
-    prefix = meta.get("weights_prefix", MODEL_PREFIX)  # the validated weights: EMA when trained with it
-    weights = {
-        name[len(prefix) :]: tensor
-        for name, tensor in checkpoint["state_dict"].items()
-        if name.startswith(prefix)
-    }
     try:
-        model.load_state_dict(weights)
+        model.load_state_dict(weights(checkpoint))
     except RuntimeError as err:
         raise CheckpointError(f"{path}: weights do not match its model config: {_first_line(err)}") from err
     return LoadedModel.around(

@@ -51,6 +51,8 @@ class SpecialIds:
 
 
 SPECIAL_IDS = SpecialIds()
+BPE, HUGGING_FACE, SENTENCEPIECE = "bpe", "huggingface", "sentencepiece"  # data.tokenizer's values
+TOKENIZERS = (BPE, HUGGING_FACE, SENTENCEPIECE)
 RELU, GELU, SWIGLU = "relu", "gelu", "swiglu"  # model.activation: the position-wise FFN's (model/layers.py)
 ACTIVATIONS = {RELU: "ReLU", GELU: "GELU", SWIGLU: "SwiGLU"}  # each value, as prose writes it
 
@@ -104,14 +106,20 @@ class DataConfig:
     split_seed: int = 1234  # seed of the grouped train/valid/test split
     max_length: int = 64  # longest side of a pair, in tokens; longer pairs follow `too_long`
     too_long: str = "drop"  # pairs over max_length: "drop" them, or "truncate" both sides to it
-    vocab_size: int = 8000  # subword vocabulary size (per side when not shared)
+    tokenizer: str = BPE  # "bpe": learnt from the train split; "huggingface" or "sentencepiece": a given file
+    tokenizer_file: Any = (
+        None  # the given tokenizer's file, or [source file, target file] with shared_vocab=false
+    )
+    vocab_size: int = 8000  # subword vocabulary size of the learnt BPE (per side when not shared)
     shared_vocab: bool = True  # one tokenizer for both languages
     tokenizer_max_pairs: int = 1_000_000  # BPE learns from at most this many training pairs, evenly spread
     max_tokens: int = 4096  # token budget of one training batch (padded tokens)
     eval_max_tokens: int = 4096  # token budget of evaluation batches (loss and decoding) and of translate.py
-    num_workers: int = 1  # dataloader worker processes
+    num_workers: int = 1  # worker processes of the training loader; evaluation loads in the process
     cache_dir: str = "~/.cache/seq2seq"  # cleaned corpus, split, tokenizers and encodings
     lock_timeout_s: float = 3600.0  # how long a process waits for another one building a cache
+    streaming: bool = False  # train from a sharded id store read block by block: corpora larger than memory
+    shard_pairs: int = 1_000_000  # streaming: training pairs per shard, each encoded under its own lock
     encoding: str = "utf-8"  # text encoding of a local TSV, CSV, JSONL or aligned text file
     header: bool | None = None  # TSV/CSV: the first line names the columns: true, false, null = detect
     max_malformed_share: float = 0.01  # stop before training when more of the corpus is malformed
@@ -127,9 +135,11 @@ class DataConfig:
         if self.path is None and self.hub_dataset is None:
             raise ConfigError("data.path or data.hub_dataset must be set")
         self._check_source()
+        self._check_tokenizer()
         if self.too_long not in ("drop", "truncate"):
             raise ConfigError(f"data.too_long must be 'drop' or 'truncate', got {self.too_long!r}")
         _positive("data.lock_timeout_s", self.lock_timeout_s)
+        _positive("data.shard_pairs", self.shard_pairs)
         parts = self.direction.split("-")
         if len(parts) != 2 or parts[0] == parts[1]:
             raise ConfigError(f"data.direction must look like 'en-es', got {self.direction!r}")
@@ -156,6 +166,34 @@ class DataConfig:
             raise ConfigError(f"data.encoding: unknown encoding {self.encoding!r}") from err
         if not 0.0 <= self.max_malformed_share <= 1.0:
             raise ConfigError(f"data.max_malformed_share must be in [0, 1], got {self.max_malformed_share}")
+
+    def _check_tokenizer(self) -> None:
+        """A learnt BPE takes no file; a given tokenizer takes one file, or one per side when not shared."""
+        if self.tokenizer not in TOKENIZERS:
+            raise ConfigError(
+                f"data.tokenizer must be one of {', '.join(TOKENIZERS)}, got {self.tokenizer!r}"
+            )
+        files = self.tokenizer_file
+        if self.tokenizer == BPE:
+            if files is not None:
+                raise ConfigError(
+                    "data.tokenizer_file is read only for a given tokenizer: "
+                    "set data.tokenizer=huggingface or data.tokenizer=sentencepiece"
+                )
+            return
+        if self.shared_vocab and not (isinstance(files, str) and files):
+            raise ConfigError(
+                f"data.tokenizer={self.tokenizer} needs data.tokenizer_file=PATH, got {files!r}"
+            )
+        if not self.shared_vocab and not (
+            isinstance(files, list | tuple)
+            and len(files) == 2
+            and all(isinstance(f, str) and f for f in files)
+        ):
+            raise ConfigError(
+                "data.shared_vocab=false needs one tokenizer file per side: "
+                f"data.tokenizer_file=[SOURCE_FILE,TARGET_FILE], got {files!r}"
+            )
 
     @property
     def source_lang(self) -> str:
@@ -304,6 +342,7 @@ class RunConfig:
     seed: int = 42  # seeds python, numpy, torch and the batch sampler
     output_dir: str | None = None  # config, tokenizer, checkpoints, tensorboard/; None: Hydra's run dir
     ckpt_path: str | None = None  # resume from this checkpoint (e.g. <run>/checkpoints/last.ckpt)
+    init_from: str | None = None  # start from this checkpoint's weights and tokenizer, all else new
     overwrite_output_dir: bool = False  # train into a directory an earlier run trained in, over its files
     compile: bool = False  # torch.compile the model (GPU recommended)
     skip_nonfinite: bool = False  # skip batches with NaN/inf loss instead of stopping

@@ -23,13 +23,19 @@ from pathlib import Path
 import torch
 
 from seq2seq.config import ModelConfig
+from seq2seq.model.int8 import INT8
 
 AUTO = "auto"
 FLAGS_THAT_MATTER = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
 NATIVE_BF16 = frozenset({"avx512_bf16", "amx_bf16"})  # bf16 dot products in hardware
 PROBE_SECONDS = 2.0  # the most the CPU bf16 probe may take
 PROBE_FLOPS = 1e9  # fp32 work of one probe step: milliseconds on a CPU
-INFERENCE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+INFERENCE_DTYPES = {  # --dtype: "int8" is int8 weights with float32 activations, on a CPU
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+    "int8": INT8,
+}
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,13 @@
-"""bf16 decoding against float32, within bounds that fit bf16, on any CPU (emulated where it has no
-bf16 instructions: slower, the same rounding).
+"""bf16 and int8 decoding against float32, within bounds that fit bf16, on any CPU (bf16 is
+emulated where it has no bf16 instructions: slower, the same rounding).
 
 bf16 keeps 8 significant bits, so a logit near 10 moves by about 0.04 and a hypothesis' score (its
 mean log-probability per token) by a few hundredths: measured at most 0.09 on this model, on a CPU
 with AMX and with oneDNN capped at AVX2. :data:`SCORE_BOUND` leaves room above that. A model that
 has learnt its sentences by heart has clear margins, as a good model has: greedy search keeps
-every translation; beam search ranks near-equal hypotheses, so a few may swap.
+every translation; beam search ranks near-equal hypotheses, so a few may swap. int8 weights (the
+decoder's and the output projection's, with activations quantised per call) move scores less than
+that here (at most 0.04).
 """
 
 from __future__ import annotations
@@ -49,20 +51,27 @@ def score_gaps(ours: list[Translation], theirs: list[Translation]) -> list[float
     return [abs(a.score - b.score) for a, b in zip(ours, theirs, strict=True) if a.text == b.text]
 
 
-def test_bf16_greedy_keeps_every_translation_and_moves_scores_within_bounds(memorised_ckpt, memorised):
+LOW_PRECISION = ["bfloat16", "int8"]
+
+
+@pytest.mark.parametrize("dtype", LOW_PRECISION)
+def test_greedy_in_low_precision_keeps_every_translation_and_moves_scores_within_bounds(
+    memorised_ckpt, memorised, dtype
+):
     sources, references = memorised
     fp32 = best(open_model(memorised_ckpt, device="cpu", dtype="float32").translator, sources, beam=1)
-    bf16 = best(open_model(memorised_ckpt, device="cpu", dtype="bfloat16").translator, sources, beam=1)
+    bf16 = best(open_model(memorised_ckpt, device="cpu", dtype=dtype).translator, sources, beam=1)
     assert score([t.text for t in fp32], references)["bleu"] > 90  # the model did learn its sentences
     assert [t.text for t in bf16] == [t.text for t in fp32]
     assert max(score_gaps(bf16, fp32)) <= SCORE_BOUND
     assert score_gaps(bf16, fp32) != [0.0] * len(sources)  # so bf16 did run: its rounding shows
 
 
-def test_bf16_beam_search_stays_within_bounds_of_float32(memorised_ckpt, memorised):
+@pytest.mark.parametrize("dtype", LOW_PRECISION)
+def test_beam_search_in_low_precision_stays_within_bounds_of_float32(memorised_ckpt, memorised, dtype):
     sources, references = memorised
     fp32 = best(open_model(memorised_ckpt, device="cpu", dtype="float32").translator, sources, beam=5)
-    bf16 = best(open_model(memorised_ckpt, device="cpu", dtype="bfloat16").translator, sources, beam=5)
+    bf16 = best(open_model(memorised_ckpt, device="cpu", dtype=dtype).translator, sources, beam=5)
     gaps = score_gaps(bf16, fp32)
     assert len(gaps) >= BEAM_SAME_SHARE * len(sources)
     assert max(gaps) <= SCORE_BOUND
@@ -70,10 +79,12 @@ def test_bf16_beam_search_stays_within_bounds_of_float32(memorised_ckpt, memoris
     assert abs(bleu[0] - bleu[1]) <= BEAM_BLEU_BOUND
 
 
-def test_bf16_batches_decode_each_sentence_as_it_decodes_alone(memorised_ckpt, memorised):
-    """What the server's merged batches rely on: padding other rows only moves bf16 rounding."""
+@pytest.mark.parametrize("dtype", LOW_PRECISION)
+def test_low_precision_batches_decode_each_sentence_as_it_decodes_alone(memorised_ckpt, memorised, dtype):
+    """What the server's merged batches rely on: padding other rows only moves bf16 rounding (and,
+    in int8, the other rows move the activations' shared scale)."""
     sources, _ = memorised
-    translator = open_model(memorised_ckpt, device="cpu", dtype="bfloat16").translator
+    translator = open_model(memorised_ckpt, device="cpu", dtype=dtype).translator
     batched = best(translator, sources, beam=1)
     alone = [best(translator, [source], beam=1)[0] for source in sources]
     assert [t.text for t in alone] == [t.text for t in batched]

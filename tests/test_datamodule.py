@@ -151,9 +151,9 @@ def test_worker_loader_matches_in_process(tiny_data_cfg: DataConfig) -> None:
     in_process.setup("fit")
     workers = TranslationDataModule(replace(tiny_data_cfg, num_workers=1))
     workers.setup("fit")
-    loader = workers.val_dataloader()
+    loader = workers.train_dataloader()  # evaluation loads in process whatever num_workers says
     assert loader.persistent_workers
-    for a, b in zip(in_process.val_dataloader(), loader, strict=True):
+    for a, b in zip(in_process.train_dataloader(), loader, strict=True):
         assert all(torch.equal(x, y) if torch.is_tensor(x) else x == y for x, y in zip(a, b, strict=True))
 
 

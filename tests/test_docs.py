@@ -5,11 +5,11 @@ Every shell command in README.md and docs/*.md, in a fenced block or an inline c
 (`` `optim.lr=1e-3` ``), has its config composed as ``train.py`` composes it, the hardware's recipe
 included, every job of a sweep; a training run must also pass the rules of ``seq2seq/config.py``,
 unless its paragraph shows the error it gets (`` `error: ...` ``), which must then be that error.
-A ``translate.py``, ``serve.py`` or ``python -m seq2seq.export`` command in a fenced block is parsed
-by that command's own parser; one in prose, often a fragment (``translate.py --eval``), and a
-``bench/*.py`` command may use only the flags its parser has (``--help`` for the bench scripts,
-which build their parsers in ``main``). Placeholders such as ``<run>``, ``N`` or ``$SLURM_NNODES``
-stand for any value; ``[overrides]`` and ``...`` for nothing.
+A ``translate.py``, ``serve.py``, ``python -m seq2seq.export`` or ``python -m seq2seq.average``
+command in a fenced block is parsed by that command's own parser; one in prose, often a fragment
+(``translate.py --eval``), and a ``bench/*.py`` command may use only the flags its parser has
+(``--help`` for the bench scripts, which build their parsers in ``main``). Placeholders such as
+``<run>``, ``N`` or ``$SLURM_NNODES`` stand for any value; ``[overrides]`` and ``...`` for nothing.
 """
 
 from __future__ import annotations
@@ -26,11 +26,13 @@ import pytest
 from compose import CONFIGS, ROOT
 from hydra.errors import HydraException
 
+from seq2seq.average import build_parser as average_parser
 from seq2seq.command_line import UsageError
 from seq2seq.config import ConfigError, RunConfig, validated_run
 from seq2seq.export.__main__ import build_parser as export_parser
 from seq2seq.inference.cli import build_parser as translate_parser
 from seq2seq.serving.cli import build_parser as serve_parser
+from seq2seq.shortlist import build_parser as shortlist_parser
 from seq2seq.training.overrides import compose_run, explain, hydra_args, job_overrides
 from seq2seq.training.recipe import choose_recipe
 
@@ -46,6 +48,8 @@ PARSERS: dict[str, Callable] = {
     "translate.py": translate_parser,
     "serve.py": serve_parser,
     "-m seq2seq.export": export_parser,
+    "-m seq2seq.average": average_parser,
+    "-m seq2seq.shortlist": shortlist_parser,
 }
 
 
@@ -53,7 +57,7 @@ PARSERS: dict[str, Callable] = {
 class Command:
     page: str
     line: int
-    program: str  # "train.py", "translate.py", "serve.py", "-m seq2seq.export" or "bench/<name>.py"
+    program: str  # "train.py", "translate.py", "serve.py", "-m seq2seq.<command>" or "bench/<name>.py"
     args: tuple[str, ...]
     fenced: bool  # a whole command in a shell block, not a fragment in prose
     shown_errors: tuple[str, ...]  # the `error: ...` lines the command's paragraph shows
@@ -136,8 +140,10 @@ def command(words: list[str], fenced: bool) -> tuple[str, list[str]] | None:
         words = words[next((i for i, w in enumerate(words) if w.endswith("train.py")), len(words)) :]
     elif words[:1] in (["python"], ["python3"]):
         words = words[1:]
-    if words[:2] == ["-m", "seq2seq.export"]:
-        return "-m seq2seq.export", words[2:]
+    if words[:2] == ["-m", "seq2seq.data.build"]:  # composes its overrides as train.py does
+        return "train.py", words[2:]
+    if words[:1] == ["-m"] and " ".join(words[:2]) in PARSERS:  # python -m seq2seq.export, .average
+        return " ".join(words[:2]), words[2:]
     if words and (words[0] in ENTRY_POINTS or re.fullmatch(r"bench/\w+\.py", words[0])):
         return words[0], words[1:]
     return None
@@ -168,7 +174,7 @@ COMMANDS = documented_commands()
 def test_the_pages_show_every_kind_of_command() -> None:
     """The parsing above finds what it is for (so a change of format cannot leave nothing to check)."""
     programs = {c.program for c in COMMANDS}
-    assert {"train.py", "translate.py", "serve.py", "-m seq2seq.export"} <= programs
+    assert {"train.py", "translate.py", "serve.py", "-m seq2seq.export", "-m seq2seq.average"} <= programs
     assert any(p.startswith("bench/") for p in programs)
     train = [c.args for c in COMMANDS if c.program == "train.py"]
     assert ("trainer=ddp", "trainer.devices=N") in train  # a torchrun line, N kept as a value

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -121,3 +122,14 @@ def test_a_finished_run_becomes_a_record_and_a_row(tiny_run_dir: Path, tmp_path:
     assert record["test"][0]["bleu"] == json.loads(metrics.read_text())["bleu"]
     row = results_page.results_table(results_page.load_records(records), "results")
     assert f"| `tiny-run` | {record['machine']['cpu']}; " in row and f"| {record['steps']} |" in row
+
+
+def test_a_signed_difference_in_the_results_prose_is_one_a_table_renders() -> None:
+    """The prose of results.md restates the lever study's differences (+0.43, -1.60): each must be a
+    figure one of its rendered tables shows, so the prose cannot drift from the records."""
+    text = (ROOT / "docs" / "results.md").read_text()
+    blocks = "".join(re.findall(r"<!-- records:.*?<!-- /records -->", text, re.S))
+    prose = re.sub(r"<!-- records:.*?<!-- /records -->", "", text, flags=re.S)
+    signed = re.findall(r"(?<![\w.])[+-]\d+\.\d\d\b", prose)
+    assert signed, "the page states no differences: the check checks nothing"
+    assert [figure for figure in signed if figure not in blocks] == []

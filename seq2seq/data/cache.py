@@ -85,6 +85,25 @@ def _take_lock(handle: object, lock_path: Path, timeout: float, what: str) -> No
         time.sleep(_POLL_SECONDS)
 
 
+def _lock_path(target: Path) -> Path:
+    return target.parent / f".{target.name}.lock"
+
+
+def held_elsewhere(target: Path) -> bool:
+    """Whether another process holds ``target``'s lock now, building it: a process with other caches
+    to build can build those first."""
+    if not _lock_path(target).exists():
+        return False
+    with _lock_path(target).open("a+b") as handle:
+        try:
+            fcntl.lockf(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as err:
+            if err.errno in (errno.EACCES, errno.EAGAIN):
+                return True
+            raise
+    return False  # closing the file released the lock
+
+
 def build_once(target: Path, build: Callable[[Path], None], what: str, timeout: float) -> bool:
     """Make sure ``target`` exists, building it with ``build`` only if no other process has or is.
 
@@ -93,7 +112,7 @@ def build_once(target: Path, build: Callable[[Path], None], what: str, timeout: 
     if target.is_dir():
         return False
     target.parent.mkdir(parents=True, exist_ok=True)
-    lock_path = target.parent / f".{target.name}.lock"
+    lock_path = _lock_path(target)
     with lock_path.open("a+b") as handle:
         _take_lock(handle, lock_path, timeout, what)
         if target.is_dir():  # built by the process this one waited for

@@ -67,12 +67,28 @@ def _build(source: Source, cfg: DataConfig, directory: Path) -> None:
     (directory / "stats.json").write_text(json.dumps(stats, indent=1))
 
 
-def _load_local(cfg: DataConfig) -> tuple[datasets.Dataset, dict]:
+def corpus_cache(cfg: DataConfig) -> Path:
+    """The corpus cache of a local ``data.path``, built if missing; ``pairs_file`` names its pairs."""
     source = locate(cfg)
     target = cache_root(cfg) / _cache_name(source, cfg)
     what = f"corpus cache of {', '.join(map(str, source.files))}"
     build_once(target, partial(_build, source, cfg), what, cfg.lock_timeout_s)
-    stats = json.loads((target / "stats.json").read_text())
+    return target
+
+
+def pairs_file(cache: Path) -> Path:
+    """The Arrow stream of cleaned pairs in a corpus cache (record batches of ``src``, ``tgt``)."""
+    return cache / _PAIRS_FILE
+
+
+def cache_stats(cache: Path) -> dict:
+    """The pair and malformed-record counts a corpus cache was built with."""
+    return json.loads((cache / "stats.json").read_text())
+
+
+def _load_local(cfg: DataConfig) -> tuple[datasets.Dataset, dict]:
+    target = corpus_cache(cfg)
+    stats = cache_stats(target)
     table = MemoryMappedTable.from_file(str(target / _PAIRS_FILE))
     return datasets.Dataset(
         table, info=datasets.DatasetInfo(features=_FEATURES), fingerprint=target.name
@@ -136,18 +152,26 @@ def evenly_spread(dataset: datasets.Dataset, count: int) -> datasets.Dataset:
     return dataset.select(np.unique(np.linspace(0, len(dataset) - 1, count).round().astype(np.int64)))
 
 
-def _source_hashes(dataset: datasets.Dataset, seed: int) -> np.ndarray:
-    """Seeded 64-bit hash of each row's source sentence, shape (N,)."""
+def source_hashes(texts: list[str], seed: int) -> np.ndarray:
+    """Seeded 64-bit hash of each source sentence, shape (N,): what the split ranks sources by."""
     key = str(seed).encode()
+    return np.fromiter(
+        (
+            int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8, key=key).digest(), "little")
+            for text in texts
+        ),
+        dtype=np.uint64,
+        count=len(texts),
+    )
+
+
+def _source_hashes(dataset: datasets.Dataset, seed: int) -> np.ndarray:
+    """:func:`source_hashes` of every row, shape (N,)."""
     hashes = np.empty(len(dataset), dtype=np.uint64)
     start = 0
     for batch in dataset.select_columns(["src"]).iter(batch_size=_BATCH):
-        texts = batch["src"]
-        hashes[start : start + len(texts)] = [
-            int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8, key=key).digest(), "little")
-            for text in texts
-        ]
-        start += len(texts)
+        hashes[start : start + len(batch["src"])] = source_hashes(batch["src"], seed)
+        start += len(batch["src"])
     return hashes
 
 

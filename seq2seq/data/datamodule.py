@@ -10,6 +10,7 @@ ranks load the same files, the tokenizer included.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Iterator
 from functools import partial
@@ -22,10 +23,12 @@ import pytorch_lightning as pl
 from torch.utils.data import DataLoader
 
 from seq2seq.config import DataConfig
-from seq2seq.data import batching, corpus, encoded
+from seq2seq.data import batching, build, corpus, encoded
 from seq2seq.data.batching import Batch, TokenBudgetBatchSampler, collate
 from seq2seq.data.cache import build_once, digest
+from seq2seq.data.given_tokenizer import read_given
 from seq2seq.data.resume import BatchOrder
+from seq2seq.data.stream import StreamedBatchSampler, StreamedPairs
 from seq2seq.data.tokenizer import TranslationTokenizer, config_key
 
 log = logging.getLogger("seq2seq.data")
@@ -66,16 +69,19 @@ class TranslationDataModule(pl.LightningDataModule):
     ``raw_splits`` hold the text of every pair, for BLEU over every held-out sentence.
     """
 
-    def __init__(self, cfg: DataConfig, seed: int = 0) -> None:
+    def __init__(self, cfg: DataConfig, seed: int = 0, tokenizer: TranslationTokenizer | None = None) -> None:
         super().__init__()
         self.cfg = cfg
         self.seed = seed  # shuffles training batches; the split has its own cfg.split_seed
         self.cache_dir = corpus.cache_root(cfg)
-        self.tokenizer: TranslationTokenizer | None = None
+        # a checkpoint's (for init_from), data.tokenizer_file's (read now: a bad file fails before the
+        # corpus is read), or None: learnt in setup
+        self.tokenizer = tokenizer if tokenizer is not None else read_given(cfg)
         self.splits: datasets.DatasetDict | None = None
         self.raw_splits: datasets.DatasetDict | None = None
         self.lengths: dict[str, np.ndarray] = {}  # padded length of each pair of ``splits``, as collated
         self.stats: dict[str, int | float] = {}
+        self.streamed: StreamedPairs | None = None  # the training pairs, with data.streaming
 
     def _cache(self, kind: str, key: str, build: Callable[[Path], None], what: str) -> Path:
         directory = self.cache_dir / f"{kind}-{digest(key)}"
@@ -90,20 +96,28 @@ class TranslationDataModule(pl.LightningDataModule):
         """Load every cached step (building what is missing); safe to call repeatedly."""
         if self.splits is not None:
             return
+        if self.cfg.streaming:
+            self._setup_streamed()
+            return
         raw, corpus_stats = corpus.load_splits(self.cfg)
         self.raw_splits = raw
         train = raw["train"]
-        tokenizer_dir = self._cache(
-            "tokenizer",
-            f"{config_key(self.cfg.vocab_size, self.cfg.shared_vocab)}|"
-            f"{min(len(train), self.cfg.tokenizer_max_pairs)}|{train._fingerprint}",
-            partial(_train_tokenizer, train, self.cfg),
-            "tokenizer",
-        )
-        self.tokenizer = TranslationTokenizer.load(tokenizer_dir)
+        if self.tokenizer is None:
+            tokenizer_dir = self._cache(
+                "tokenizer",
+                f"{config_key(self.cfg.vocab_size, self.cfg.shared_vocab)}|"
+                f"{min(len(train), self.cfg.tokenizer_max_pairs)}|{train._fingerprint}",
+                partial(_train_tokenizer, train, self.cfg),
+                "tokenizer",
+            )
+            self.tokenizer = TranslationTokenizer.load(tokenizer_dir)
+            tokenizer_key = tokenizer_dir.name  # covers the split's fingerprint
+        else:
+            content = json.dumps(self.tokenizer.to_dict(), sort_keys=True)
+            tokenizer_key = f"given-{digest(content)}|{train._fingerprint}"
         encoded_dir = self._cache(
             "encoded",
-            f"{_ENCODING_VERSION}|{tokenizer_dir.name}",  # the tokenizer's name covers the split's
+            f"{_ENCODING_VERSION}|{tokenizer_key}",
             partial(encoded.encode_splits, raw, self.tokenizer),
             "token ids of every split",
         )
@@ -121,6 +135,29 @@ class TranslationDataModule(pl.LightningDataModule):
         }
         self._report_too_long()
         log.info("data ready: %s", self.stats)
+
+    def _setup_streamed(self) -> None:
+        """The held-out splits as without streaming; the training pairs stay in the sharded store."""
+        data = build.build(self.cfg, tokenizer=self.tokenizer)
+        self.tokenizer = self.tokenizer or TranslationTokenizer.load(data.tokenizer_dir)
+        self.raw_splits = data.held_out()
+        splits, too_long = {}, {}
+        for name in build.HELD_OUT:
+            loaded = encoded.load_split(data.held_out_ids, name)
+            splits[name], self.lengths[name], too_long[name] = self._apply_max_length(loaded)
+        self.splits = datasets.DatasetDict(splits)
+        self.streamed = StreamedPairs(data.store)
+        rows, over = data.store.rows, data.store.too_long(self.cfg.max_length)
+        self.stats = {
+            "malformed_lines": data.corpus_stats["malformed_lines"],
+            "too_long_pairs": over + sum(too_long.values()),
+            "too_long_train_pairs": over,
+            "too_long_train_share": over / max(1, rows),
+            "train_pairs": rows - over if self.cfg.too_long == "drop" else rows,
+            **{f"{name}_pairs": len(dataset) for name, dataset in splits.items()},
+        }
+        self._report_too_long()
+        log.info("data ready (streamed from %s): %s", data.store.root, self.stats)
 
     def _apply_max_length(self, dataset: datasets.Dataset) -> tuple[datasets.Dataset, np.ndarray, int]:
         """The split as training uses it, its pairs' padded lengths as collated, and how many of
@@ -156,12 +193,15 @@ class TranslationDataModule(pl.LightningDataModule):
             return trainer.global_rank, trainer.world_size
         return 0, 1
 
-    def _loader(self, name: str, sampler: TokenBudgetBatchSampler) -> DataLoader:
-        workers = self.cfg.num_workers
+    def _loader(self, name: str, sampler: TokenBudgetBatchSampler | StreamedBatchSampler) -> DataLoader:
+        # Evaluation loads in this process: a worker started at the first validation would be a
+        # fork of the grown training process (docs/performance.md, Memory).
+        workers = self.cfg.num_workers if name == "train" else 0
         on_gpu = self.trainer is not None and self.trainer.strategy.root_device.type == "cuda"
         truncate = self.cfg.too_long == "truncate"
+        streamed = name == "train" and self.streamed is not None
         return DataLoader(
-            self.splits[name].select_columns(["src_ids", "tgt_ids"]),
+            self.streamed if streamed else self.splits[name].select_columns(["src_ids", "tgt_ids"]),
             batch_sampler=sampler,
             collate_fn=partial(truncating_collate, max_length=self.cfg.max_length) if truncate else collate,
             num_workers=workers,
@@ -173,9 +213,25 @@ class TranslationDataModule(pl.LightningDataModule):
         rank, world_size = self._rank()
         return TokenBudgetBatchSampler(self.lengths[name], max_tokens, shuffle, self.seed, rank, world_size)
 
+    def _streamed_sampler(self) -> StreamedBatchSampler:
+        """The training sampler over the store, at the epoch being started: a streamed epoch's length
+        is its own, so Lightning builds the loader anew each epoch and reads its length then."""
+        rank, world_size = self._rank()
+        truncate = self.cfg.too_long == "truncate"
+        store, cfg = self.streamed.store, self.cfg
+        sampler = StreamedBatchSampler(
+            store, cfg.max_tokens, self.seed, cfg.max_length, truncate, rank, world_size
+        )
+        sampler.set_epoch(self.trainer.current_epoch if self.trainer is not None else 0)
+        return sampler
+
     def train_dataloader(self) -> DataLoader:
         """Shuffled token-budget batches, in the order :class:`~seq2seq.data.resume.BatchOrder` sets."""
-        sampler = self._sampler("train", self.cfg.max_tokens, shuffle=True)
+        sampler = (
+            self._streamed_sampler()
+            if self.cfg.streaming
+            else self._sampler("train", self.cfg.max_tokens, True)
+        )
         BatchOrder.continue_interrupted_epoch(sampler, self.trainer)
         return self._loader("train", sampler)
 

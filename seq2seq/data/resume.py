@@ -20,8 +20,10 @@ import pytorch_lightning as pl
 
 from seq2seq.config import ConfigError
 from seq2seq.data.batching import Stop, TokenBudgetBatchSampler
+from seq2seq.data.stream import StreamedBatchSampler
 
 RESUME_WARNING = "You're resuming from a checkpoint that ended before the epoch ended"
+Samplers = (TokenBudgetBatchSampler, StreamedBatchSampler)  # the training batch samplers this orders
 
 
 def stops_to_continue(saved: dict[str, Any], epoch: int, done: int, world_size: int) -> list[Stop]:
@@ -71,7 +73,9 @@ class BatchOrder(pl.Callback):
         self._saved = state_dict
 
     @classmethod
-    def continue_interrupted_epoch(cls, sampler: TokenBudgetBatchSampler, trainer: pl.Trainer | None) -> None:
+    def continue_interrupted_epoch(
+        cls, sampler: TokenBudgetBatchSampler | StreamedBatchSampler, trainer: pl.Trainer | None
+    ) -> None:
         """After a resume, leave out of the interrupted epoch what the checkpointed runs trained on.
 
         The datamodule calls this when it builds the training loader: Lightning creates the loader's
@@ -83,7 +87,7 @@ class BatchOrder(pl.Callback):
         order = next((c for c in trainer.callbacks if isinstance(c, cls)), None) or cls()
         order._continue(sampler, trainer)
 
-    def _continue(self, sampler: TokenBudgetBatchSampler, trainer: pl.Trainer) -> None:
+    def _continue(self, sampler: TokenBudgetBatchSampler | StreamedBatchSampler, trainer: pl.Trainer) -> None:
         epoch, done = trainer.current_epoch, trainer.fit_loop.epoch_loop.batch_progress.current.processed
         stops = stops_to_continue(self._saved, epoch, done, sampler.world_size)
         sampler.set_epoch(epoch)
@@ -105,17 +109,20 @@ class BatchOrder(pl.Callback):
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """Before the epoch's iterator is created (not called for an epoch continued after a resume)."""
         sampler = getattr(trainer.train_dataloader, "batch_sampler", None)
-        if isinstance(sampler, TokenBudgetBatchSampler):
+        if isinstance(sampler, Samplers):
             sampler.set_epoch(trainer.current_epoch)
         self._stops = (trainer.current_epoch, [])
         if self._reload_every is not None:  # the loader of this epoch is the reloaded one
             trainer.reload_dataloaders_every_n_epochs, self._reload_every = self._reload_every, None
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        """An epoch continued with another world size had its own length, and Lightning reads a
-        loader's length only when it builds it: the next epoch gets a new loader."""
+        """An epoch continued with another world size had its own length, as has every streamed
+        epoch, and Lightning reads a loader's length only when it builds it: the next epoch gets a
+        new loader."""
         epoch, stops = self._stops
-        if epoch == trainer.current_epoch and any(size != trainer.world_size for size, _ in stops):
+        streamed = isinstance(getattr(trainer.train_dataloader, "batch_sampler", None), StreamedBatchSampler)
+        resized = epoch == trainer.current_epoch and any(size != trainer.world_size for size, _ in stops)
+        if streamed or resized:
             self._reload_every = trainer.reload_dataloaders_every_n_epochs
             trainer.reload_dataloaders_every_n_epochs = 1
 

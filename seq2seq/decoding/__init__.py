@@ -16,12 +16,15 @@ __all__ = ["Hypothesis", "beam_search", "generate", "greedy_search"]
 
 
 @torch.inference_mode()
-def generate(model: Transformer, src: Tensor, cfg: DecodeConfig) -> list[list[Hypothesis]]:
+def generate(
+    model: Transformer, src: Tensor, cfg: DecodeConfig, candidates: Tensor | None = None
+) -> list[list[Hypothesis]]:
     """Translate a batch: greedy when ``cfg.beam_size == 1``, else beam search.
 
     src: (B, S) source ids ending in EOS, padded with the model's pad id. Returns, per sentence, up to
-    ``cfg.nbest`` hypotheses, best first. The model should be in eval mode.
+    ``cfg.nbest`` hypotheses, best first. The model should be in eval mode. ``candidates`` (C,), sorted
+    vocabulary ids that include the special ones, restricts the output to those types (a shortlist).
     """
     if cfg.beam_size == 1:
-        return greedy_search(model, src, cfg)
-    return beam_search(model, src, cfg)
+        return greedy_search(model, src, cfg, candidates=candidates)
+    return beam_search(model, src, cfg, candidates)

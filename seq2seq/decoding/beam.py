@@ -135,11 +135,15 @@ def _done(beams: _Beams, cfg: DecodeConfig) -> Tensor:
 
 
 @torch.inference_mode()
-def beam_search(model: Transformer, src: Tensor, cfg: DecodeConfig) -> list[list[Hypothesis]]:
-    """Up to ``cfg.nbest`` hypotheses per sentence, best first. src: (B, S) padded ids ending in EOS."""
+def beam_search(
+    model: Transformer, src: Tensor, cfg: DecodeConfig, candidates: Tensor | None = None
+) -> list[list[Hypothesis]]:
+    """Up to ``cfg.nbest`` hypotheses per sentence, best first. src: (B, S) padded ids ending in EOS.
+    ``candidates`` (C,): the vocabulary types the output may use (see :class:`CachedSteps`)."""
     k, batch, device = cfg.beam_size, src.size(0), src.device
     memory, src_mask = model.encode(src)
-    steps = CachedSteps(model, memory, src_mask)
+    steps = CachedSteps(model, memory, src_mask, candidates)
+    special = steps.special
     beams = _Beams(  # one live beam per sentence until the first step branches it into K
         rows=torch.arange(batch, device=device),
         limits=output_limits(src, cfg, model.cfg.max_positions, model.pad_id),
@@ -149,12 +153,12 @@ def beam_search(model: Transformer, src: Tensor, cfg: DecodeConfig) -> list[list
         threshold=torch.full((batch,), float("-inf"), device=device),
     )
     finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
-    last = torch.full((batch,), model.bos_id, dtype=torch.long, device=device)
+    last = torch.full((batch,), special.bos, dtype=torch.long, device=device)
     for t in range(int(beams.limits.max())):
-        top = top_log_probs(steps(last), t, cfg, model.special_ids, 2 * k)
+        top = top_log_probs(steps(last), t, cfg, special, 2 * k)
         cand = _expand(beams.scores, top, k)
-        _finish_eos(finished, beams, cand, t, cfg, model.eos_id)
-        beams, parents = _prune(beams, cand, k, model.eos_id)
+        _finish_eos(finished, beams, cand, t, cfg, special.eos)
+        beams, parents = _prune(beams, cand, k, special.eos)
         active = ~(_finish_at_limit(finished, beams, t, cfg) | _done(beams, cfg))
         if not active.any():
             break
@@ -165,4 +169,5 @@ def beam_search(model: Transformer, src: Tensor, cfg: DecodeConfig) -> list[list
             parents = parents[beam_rows]
         steps.reorder(parents, keep, k)  # after the first step each sentence has K rows
         last = beams.tokens[:, -1]
-    return [sorted(hypotheses, key=lambda h: h.score, reverse=True)[: cfg.nbest] for hypotheses in finished]
+    ranked = [sorted(hypotheses, key=lambda h: h.score, reverse=True)[: cfg.nbest] for hypotheses in finished]
+    return [[replace(h, tokens=steps.vocabulary_ids(h.tokens)) for h in best] for best in ranked]

@@ -26,26 +26,33 @@ from seq2seq.model import Transformer
 
 @torch.inference_mode()
 def greedy_search(
-    model: Transformer, src: Tensor, cfg: DecodeConfig, cached: bool = True
+    model: Transformer, src: Tensor, cfg: DecodeConfig, cached: bool = True, candidates: Tensor | None = None
 ) -> list[list[Hypothesis]]:
     """One hypothesis per sentence. src: (B, S) ids ending in EOS, padded with the model's pad id.
 
     ``cached=False`` re-runs the full decoder each step; it exists to test and time the cache.
+    ``candidates`` (C,): the vocabulary types the output may use (see :class:`CachedSteps`).
     """
     memory, src_mask = model.encode(src)
-    steps = (CachedSteps if cached else FullSteps)(model, memory, src_mask)
+    if cached:
+        steps: CachedSteps | FullSteps = CachedSteps(model, memory, src_mask, candidates)
+    elif candidates is None:
+        steps = FullSteps(model, memory, src_mask)
+    else:
+        raise ValueError("a shortlist needs the cached steps")
+    special = steps.special
     limits = output_limits(src, cfg, model.cfg.max_positions, model.pad_id)  # (B,)
     batch, device = src.size(0), src.device
     rows = torch.arange(batch, device=device)  # original sentence of each active row
-    out = torch.full((batch, int(limits.max())), model.pad_id, dtype=torch.long, device=device)
+    out = torch.full((batch, int(limits.max())), special.pad, dtype=torch.long, device=device)
     logp = torch.zeros(batch, device=device)
     lengths = torch.zeros(batch, dtype=torch.long, device=device)
-    tokens = torch.full((batch,), model.bos_id, dtype=torch.long, device=device)
+    tokens = torch.full((batch,), special.bos, dtype=torch.long, device=device)
     for t in range(out.size(1)):
-        tokens, token_logp = pick_next_tokens(next_log_probs(steps(tokens), t, cfg, model.special_ids), cfg)
+        tokens, token_logp = pick_next_tokens(next_log_probs(steps(tokens), t, cfg, special), cfg)
         logp[rows] += token_logp
         out[rows, t] = tokens
-        done = (tokens == model.eos_id) | (t + 1 >= limits[rows])
+        done = (tokens == special.eos) | (t + 1 >= limits[rows])
         if done.any():
             lengths[rows[done]] = t + 1
             keep = (~done).nonzero().squeeze(1)
@@ -55,7 +62,7 @@ def greedy_search(
             steps.select(keep)
     scores = logp / length_penalty(lengths.float(), cfg.length_penalty)
     return [
-        [Hypothesis(_strip_eos(row[:n], model.eos_id), score)]
+        [Hypothesis(steps.vocabulary_ids(_strip_eos(row[:n], special.eos)), score)]
         for row, n, score in zip(out.tolist(), lengths.tolist(), scores.tolist(), strict=True)
     ]
 

@@ -7,15 +7,17 @@ where len counts the emitted tokens including EOS.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import astuple, dataclass
 from itertools import groupby
 
 import torch
-from torch import Tensor
+import torch.nn.functional as F
+from torch import Tensor, nn
 
 from seq2seq.config import DecodeConfig, SpecialIds
 from seq2seq.model import Transformer
+from seq2seq.model.int8 import Int8Linear
 
 
 @dataclass
@@ -47,16 +49,39 @@ def rows_by_limit(limits: list[int]) -> Iterator[tuple[int, list[int]]]:
 
 
 class CachedSteps:
-    """Next-token logits from the KV cache: step t costs O(t) attention, no recomputation."""
+    """Next-token logits from the KV cache: step t costs O(t) attention, no recomputation.
 
-    def __init__(self, model: Transformer, memory: Tensor, src_mask: Tensor) -> None:
+    With ``candidates`` (C,), sorted vocabulary ids that include the special ids (a shortlist), the
+    output projection and the search run over those C types only: tokens in and out, and
+    :attr:`special`, are positions in ``candidates``; :meth:`vocabulary_ids` maps them back.
+    """
+
+    def __init__(
+        self, model: Transformer, memory: Tensor, src_mask: Tensor, candidates: Tensor | None = None
+    ) -> None:
         self.model = model
         self.cache = model.start_cache(memory, src_mask)
+        self.candidates = candidates
+        self.special = model.special_ids
+        if candidates is not None:
+            position = {int(i): p for p, i in enumerate(candidates.tolist())}
+            self.special = SpecialIds(*(position[i] for i in astuple(model.special_ids)))
+            self.project = restricted_generator(model.generator, candidates)
 
     def __call__(self, tokens: Tensor) -> Tensor:
-        """tokens: (N,) newest token per row -> logits (N, V)."""
-        logits, self.cache = self.model.step(tokens, self.cache)
-        return logits
+        """tokens: (N,) newest token per row -> logits (N, V), or (N, C) over the candidates."""
+        if self.candidates is None:
+            logits, self.cache = self.model.step(tokens, self.cache)
+            return logits
+        states, self.cache = self.model.step_states(self.candidates[tokens], self.cache)
+        return self.project(states)
+
+    def vocabulary_ids(self, tokens: list[int]) -> list[int]:
+        """Emitted tokens as vocabulary ids."""
+        if self.candidates is None:
+            return tokens
+        ids = self.candidates.tolist()
+        return [ids[t] for t in tokens]
 
     def select(self, index: Tensor) -> None:
         """Keep/reorder the sentences of a one-row-per-sentence search (greedy): drop finished ones."""
@@ -73,12 +98,16 @@ class FullSteps:
 
     def __init__(self, model: Transformer, memory: Tensor, src_mask: Tensor) -> None:
         self.model = model
+        self.special = model.special_ids
         self.memory, self.src_mask = memory, src_mask
         self.prefix = torch.empty(memory.size(0), 0, dtype=torch.long, device=memory.device)
 
     def __call__(self, tokens: Tensor) -> Tensor:
         self.prefix = torch.cat([self.prefix, tokens[:, None]], dim=1)  # (N, t)
         return self.model.decode(self.prefix, self.memory, self.src_mask)[:, -1]
+
+    def vocabulary_ids(self, tokens: list[int]) -> list[int]:
+        return tokens
 
     def select(self, index: Tensor) -> None:
         self.prefix, self.memory, self.src_mask = (
@@ -107,3 +136,11 @@ def top_log_probs(
     """Each row's ``k`` best next tokens (of :func:`next_log_probs`) and their log-probabilities,
     best first. (N, V) -> values (N, k), tokens (N, k)."""
     return next_log_probs(logits, step, cfg, special).topk(min(k, logits.size(-1)), dim=-1)
+
+
+def restricted_generator(generator: nn.Module, rows: Tensor) -> Callable[[Tensor], Tensor]:
+    """The output projection to the vocabulary types at ``rows`` (C,) only: (N, D) -> (N, C)."""
+    if isinstance(generator, Int8Linear):
+        return generator.rows(rows)
+    weight = generator.weight[rows]  # (C, D), gathered once per batch
+    return lambda states: F.linear(states, weight)

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from seq2seq.checkpoint import LoadedModel, read_checkpoint
-from seq2seq.config import ACTIVATIONS, ConfigError, DataError
+from seq2seq.config import ACTIVATIONS, BPE, HUGGING_FACE, ConfigError, DataError
 from seq2seq.data import corpus
 from seq2seq.export.transformers_class import Choice
 from seq2seq.inference.evaluation import evaluate
@@ -25,6 +25,10 @@ from seq2seq.inference.translator import Translator
 log = logging.getLogger(__name__)
 
 LANGUAGES = {"en": "English", "es": "Spanish"}
+_VOCABULARIES = {  # data.tokenizer -> its vocabulary, as the card names it (no SentencePiece: refused)
+    BPE: "byte-level BPE vocabulary",
+    HUGGING_FACE: "vocabulary (a given tokenizer.json)",
+}
 
 
 def _run_facts(checkpoint: Path) -> list[str]:
@@ -123,8 +127,8 @@ def model_card(loaded: LoadedModel, checkpoint: Path, choice: Choice) -> str:
             f"Encoder-decoder Transformer, {parameters / 1e6:.2f} M parameters: d_model {cfg.d_model}, "
             f"{cfg.n_encoder_layers} encoder and {cfg.n_decoder_layers} decoder layers, {cfg.n_heads} "
             f"heads, feed-forward {cfg.d_ff} ({activation}), {norm}, {positions} positions up to "
-            f"{cfg.max_positions}, a shared byte-level BPE vocabulary of {loaded.tokenizer.tgt_vocab_size} "
-            f"tokens{', tied embeddings' if cfg.tie_embeddings else ''}.",
+            f"{cfg.max_positions}, a shared {_VOCABULARIES[data.tokenizer]} of "
+            f"{loaded.tokenizer.tgt_vocab_size} tokens{', tied embeddings' if cfg.tie_embeddings else ''}.",
             "",
             "## Training",
             "",

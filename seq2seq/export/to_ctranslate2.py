@@ -107,10 +107,12 @@ def _layer_norm_eps(model: Transformer) -> float:
 
 
 def _vocabulary(tokenizer: TranslationTokenizer, side: str, size: int) -> list[str]:
-    """Token strings by id; CTranslate2 maps tokens by string, so they must be unique."""
+    """Token strings by id; CTranslate2 maps tokens by string, so they must be unique, and it names
+    the special tokens once for both sides (a given SentencePiece model names its own)."""
     tokens = [getattr(tokenizer, side).id_to_token(i) for i in range(size)]
-    if tokens[: len(SPECIAL_TOKENS)] != SPECIAL_TOKENS:
-        raise ExportError(f"the {side} vocabulary does not start with the special tokens {SPECIAL_TOKENS}")
+    specials = [tokenizer.src.id_to_token(i) for i in range(len(SPECIAL_TOKENS))]
+    if tokens[: len(SPECIAL_TOKENS)] != specials:
+        raise ExportError(f"the {side} vocabulary does not start with the special tokens {specials}")
     if None in tokens or len(set(tokens)) != len(tokens):
         raise ExportError(f"the {side} vocabulary has missing or repeated token strings")
     return tokens
@@ -133,8 +135,9 @@ def build_spec(model: Transformer, tokenizer: TranslationTokenizer) -> transform
     )
     config = spec.config
     config.layer_norm_epsilon = _layer_norm_eps(model)
-    config.unk_token, config.eos_token = SPECIAL_TOKENS[UNK_ID], SPECIAL_TOKENS[EOS_ID]
-    config.bos_token = config.decoder_start_token = SPECIAL_TOKENS[BOS_ID]
+    name = tokenizer.src.id_to_token  # the special tokens' names, the same on both sides (_vocabulary)
+    config.unk_token, config.eos_token = name(UNK_ID), name(EOS_ID)
+    config.bos_token = config.decoder_start_token = name(BOS_ID)
     config.add_source_bos, config.add_source_eos = False, False  # the translator appends EOS itself
 
     w = _Weights(model)

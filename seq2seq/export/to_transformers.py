@@ -31,7 +31,7 @@ import torch
 from torch import Tensor
 
 from seq2seq.checkpoint import LoadedModel, load_model
-from seq2seq.config import ModelConfig
+from seq2seq.config import SENTENCEPIECE, ModelConfig
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID, TranslationTokenizer
 from seq2seq.export.model_card import model_card
 from seq2seq.export.transformers_class import choose_class
@@ -276,6 +276,11 @@ def export_to_transformers(checkpoint: str | Path, out_dir: str | Path, force: b
     out_dir = Path(out_dir)
     check_export_target(out_dir, force)
     loaded = load_model(checkpoint)
+    if loaded.tokenizer.format == SENTENCEPIECE:
+        raise ExportError(
+            "transformers cannot load this model's tokenizer: a SentencePiece model, where AutoTokenizer "
+            "here loads a tokenizer.json (export --to ctranslate2, or train with data.tokenizer=huggingface)"
+        )
     if not loaded.tokenizer.shared:
         raise ExportError(
             "transformers cannot load this model's tokenizers: separate source and target vocabularies "

@@ -35,12 +35,14 @@ from seq2seq.command_line import (
     run_command,
 )
 from seq2seq.config import ConfigError, DataConfig, DataError, DecodeConfig
+from seq2seq.decoding.shortlist import ShortlistError
 from seq2seq.export_folder import ExportError
 from seq2seq.hardware import DeviceError
 from seq2seq.inference.alignment import AlignmentError, align, format_table, save_heatmap
 from seq2seq.inference.backends import open_model
 from seq2seq.inference.evaluation import evaluate, format_scores, read_eval_pairs
 from seq2seq.inference.translator import Translation, Translator, TranslatorBase
+from seq2seq.shortlist import add_shortlist_argument, check_shortlist_argument, shortlist_of
 
 PROG = "translate.py"
 EXAMPLES = f"""examples:
@@ -66,7 +68,8 @@ class OutputError(Exception):
 
 
 EXPECTED_ERRORS = (
-    CheckpointError, ConfigError, DataError, DeviceError, AlignmentError, OutputError, ExportError
+    CheckpointError, ConfigError, DataError, DeviceError, AlignmentError, OutputError, ExportError,
+    ShortlistError,
 )  # fmt: skip
 
 
@@ -123,8 +126,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-len", type=int, metavar="T", help="at most T output tokens (default: a*source+b)"
     )
     add_compute_arguments(
-        parser, "compute dtype (default: auto, chosen from the hardware like trainer.precision=auto)"
+        parser,
+        "compute dtype (default: auto, chosen from the hardware like trainer.precision=auto; int8: int8 "
+        "weights in the decoder and output projection, on a CPU)",
     )
+    add_shortlist_argument(parser)
     parser.add_argument(
         "--batch-tokens",
         type=int,
@@ -174,6 +180,7 @@ def _check(args: argparse.Namespace) -> None:
         raise UsageError("sentences cannot be combined with --eval or --interactive")
     if args.metrics_out and not args.eval:
         raise UsageError("--metrics-out needs --eval")
+    check_shortlist_argument(args)
 
 
 def decode_settings(cfg: DecodeConfig, args: argparse.Namespace) -> DecodeConfig:
@@ -320,6 +327,8 @@ def run(args: argparse.Namespace) -> int:
     if args.beam is not None and args.beam > vocabulary:  # a beam cannot hold more prefixes than tokens
         raise UsageError(f"--beam {args.beam} is more than the target vocabulary's {vocabulary} tokens")
     translator.decode_cfg = decode_settings(translator.decode_cfg, args)
+    if args.shortlist is not None:  # only a checkpoint's Translator takes one
+        translator.shortlist = shortlist_of(args, facts.tokenizer)
     if args.seed is not None:
         translator.seed(args.seed)
     if args.interactive:

@@ -30,7 +30,10 @@ from seq2seq.config import DataConfig, DecodeConfig
 from seq2seq.data.batching import pack, pad_ids
 from seq2seq.data.tokenizer import EOS_ID, TranslationTokenizer
 from seq2seq.decoding import Hypothesis, generate
+from seq2seq.decoding.shortlist import Shortlist
+from seq2seq.hardware import DeviceError
 from seq2seq.model import Transformer
+from seq2seq.model.int8 import INT8, quantize_decoder
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +146,10 @@ class Translator(TranslatorBase):
 
     The search runs in ``dtype`` with the weights converted to it once, here, on a copy when the
     model is in another dtype (the model given stays as it is: validation decodes a training run's
-    weights). Autocast instead would cast every weight again at every decoding step.
+    weights). Autocast instead would cast every weight again at every decoding step. ``dtype``
+    :data:`~seq2seq.model.int8.INT8` (a CPU only) puts the decoder's and the output projection's
+    linear layers in int8, activations staying float32. With a ``shortlist``, each batch's output
+    is restricted to its candidate types.
     """
 
     def __init__(
@@ -154,21 +160,35 @@ class Translator(TranslatorBase):
         device: str | torch.device = "cpu",
         batch_tokens: int = DEFAULT_BATCH_TOKENS,
         dtype: torch.dtype = torch.float32,
+        shortlist: Shortlist | None = None,
     ) -> None:
         super().__init__(tokenizer, decode_cfg, model.cfg.max_positions, batch_tokens)
         self.device = torch.device(device)
         self.dtype = dtype
-        if model.generator.weight.dtype != dtype:
+        self.shortlist = shortlist
+        if dtype == INT8:
+            if self.device.type != "cpu":
+                raise DeviceError(f"int8 weights decode on a CPU only, not on {self.device.type}")
+            model = quantize_decoder(copy.deepcopy(model).float())
+        elif model.generator.weight.dtype != dtype:
             model = copy.deepcopy(model).to(dtype=dtype)
         self.model = model.to(self.device).eval()
 
     @property
     def compute(self) -> str:
-        return f"PyTorch {str(self.dtype).removeprefix('torch.')}"
+        number = (
+            "int8 weights, float32 activations"
+            if self.dtype == INT8
+            else str(self.dtype).removeprefix("torch.")
+        )
+        return f"PyTorch {number}" + (", shortlist" if self.shortlist is not None else "")
 
     def search(self, sources: list[list[int]], cfg: DecodeConfig) -> list[list[Hypothesis]]:
         """Decode one batch of encoded sources (non-empty, from :meth:`encode`)."""
-        return generate(self.model, pad_ids(sources).to(self.device), cfg)
+        candidates = None
+        if self.shortlist is not None:
+            candidates = self.shortlist.candidates(sources, self.model.special_ids).to(self.device)
+        return generate(self.model, pad_ids(sources).to(self.device), cfg, candidates)
 
     def seed(self, seed: int) -> None:
         torch.manual_seed(seed)

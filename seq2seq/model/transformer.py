@@ -201,13 +201,19 @@ class Transformer(nn.Module):
         """Feed the newest token of each row. tokens: (B,) -> next-token logits (B, V) and the new cache.
 
         B is the cache's rows: its sentences times ``cache.beams``, sentence-major."""
+        states, cache = self.step_states(tokens, cache)
+        return self.generator(states), cache  # (B, V)
+
+    def step_states(self, tokens: Tensor, cache: DecoderCache) -> tuple[Tensor, DecoderCache]:
+        """:meth:`step` without the output projection: the decoder's final states (B, D), for a
+        search that projects onto part of the vocabulary (a shortlist)."""
         x = self.tgt_embed(tokens[:, None], offset=cache.length)  # (B, 1, D)
         layers = []
         for layer, layer_cache in zip(self.decoder_layers, cache.layers, strict=True):
             x, layer_cache = layer.step(x, layer_cache, cache.src_mask, cache.beams)
             layers.append(layer_cache)
-        logits = self.generator(self.decoder_norm(x))[:, 0]  # (B, V)
-        return logits, DecoderCache(layers, cache.src_mask, cache.length + 1, cache.beams)
+        states = self.decoder_norm(x)[:, 0]  # (B, D)
+        return states, DecoderCache(layers, cache.src_mask, cache.length + 1, cache.beams)
 
     def attention_maps(self, src: Tensor, tgt: Tensor) -> dict[str, list[Tensor]]:
         """Attention weights of every layer via the explicit path, for plots and tests.

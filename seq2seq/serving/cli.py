@@ -33,6 +33,7 @@ from seq2seq.inference.translator import DEFAULT_BATCH_TOKENS
 from seq2seq.serving.app import create_app
 from seq2seq.serving.batcher import DynamicBatcher
 from seq2seq.serving.service import DEFAULT_MAX_INPUT_CHARS, Limits, TranslationService
+from seq2seq.shortlist import add_shortlist_argument, check_shortlist_argument, shortlist_of
 
 PROG = "serve.py"
 GRACEFUL_TIMEOUT_S = 20  # with WORKER_STOP_S, the exit comes within 30 s of SIGTERM (Kubernetes' grace)
@@ -50,8 +51,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8000, help="default: 8000; 0 picks a free port")
     add_compute_arguments(
-        parser, "compute dtype of a checkpoint, as translate.py's (default: auto, chosen from the hardware)"
+        parser,
+        "compute dtype of a checkpoint, as translate.py's (default: auto, chosen from the hardware; int8: "
+        "int8 weights, on a CPU)",
     )
+    add_shortlist_argument(parser)
     parser.add_argument(
         "--batch-tokens",
         type=int,
@@ -94,6 +98,7 @@ def _check(args: argparse.Namespace) -> None:
             raise UsageError(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port must be in 0..65535, got {args.port}")
+    check_shortlist_argument(args)
     for name in ("max_wait_ms", "graceful_timeout"):
         if not getattr(args, name) >= 0:  # NaN too
             raise UsageError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
@@ -112,8 +117,12 @@ def describe_model(facts: ModelFacts) -> str:
 
 
 def load(args: argparse.Namespace) -> Opened:
-    """The checkpoint (PyTorch, float32) or the export that ``--ckpt``/``--model`` names."""
-    return open_model(args.ckpt, args.model, args.device, args.batch_tokens, dtype=args.dtype)
+    """The checkpoint (PyTorch, in ``--dtype``, with its ``--shortlist``) or the export that
+    ``--ckpt``/``--model`` names."""
+    opened = open_model(args.ckpt, args.model, args.device, args.batch_tokens, dtype=args.dtype)
+    if args.shortlist is not None:  # only a checkpoint's Translator takes one
+        opened.translator.shortlist = shortlist_of(args, opened.facts.tokenizer)
+    return opened
 
 
 def listen(host: str, port: int) -> socket.socket:

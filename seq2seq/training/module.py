@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from seq2seq.checkpoint import KEY, entry, resume_state
-from seq2seq.config import DataConfig, DecodeConfig, ModelConfig, OptimConfig
+from seq2seq.config import ConfigError, DataConfig, DecodeConfig, ModelConfig, OptimConfig
 from seq2seq.data.batching import Batch
 from seq2seq.data.tokenizer import TranslationTokenizer
 from seq2seq.hardware import precision_dtype
@@ -269,5 +269,12 @@ class TranslationModule(pl.LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         tokenizer, self.best_bleu = resume_state(checkpoint)
-        if tokenizer is not None:
-            self.tokenizer = tokenizer
+        if tokenizer is None:
+            return
+        if self.tokenizer is not None and tokenizer.to_dict() != self.tokenizer.to_dict():
+            # the data were encoded with this run's tokenizer: the checkpoint's would mean other tokens
+            raise ConfigError(
+                "ckpt_path: the checkpoint's tokenizer is not the one this run's data.* settings give; "
+                "resume a run started with init_from with that init_from too"
+            )
+        self.tokenizer = tokenizer

@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import BinaryIO
 
 from seq2seq.config import ConfigError
+from seq2seq.data.tokenizer import FILE_NAMES as TOKENIZER_FILES
 
 LOCK_FILE = ".lock"  # held by the running run, naming it; left behind, unlocked, when it ends
-STARTUP_FILES = {".hydra", "config.yaml", "tokenizer.json", LOCK_FILE}  # Hydra's and ours, before training
+STARTUP_FILES = {".hydra", "config.yaml", *TOKENIZER_FILES, LOCK_FILE}  # Hydra's and ours, before training
 STARTUP_LOGS = "train*.log"  # Hydra's log: train.log, train_rank<k>.log, train_ddp_process_<k>.log
 MAX_SUFFIX = 100  # runs/<time>-1 ... -99: more runs than this started in one second is a runaway script
 

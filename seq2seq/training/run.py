@@ -22,14 +22,17 @@ from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint, RichProg
 from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.utilities import rank_zero_only
 
+from seq2seq.checkpoint import LoadedModel
 from seq2seq.config import ConfigError, ModelConfig, RunConfig, validated_run
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.data.resume import BatchOrder
 from seq2seq.hardware import compile_blocker, describe, device_type, resolve_precision
+from seq2seq.memory import allocator_in_use
 from seq2seq.training.budget import Budget
 from seq2seq.training.checkpointing import AtomicCheckpointIO, InterruptBetweenBatches, SaveLast
 from seq2seq.training.final_validation import ValidateAtTheEnd
 from seq2seq.training.global_batch import GlobalBatch
+from seq2seq.training.init_from import load_weights, open_start
 from seq2seq.training.module import TranslationModule
 from seq2seq.training.monitoring import TensorBoardPanels
 from seq2seq.training.ownership import STARTUP_FILES, STARTUP_LOGS, not_writable, owned, resumes
@@ -78,7 +81,7 @@ def settle_machine_choices(cfg: DictConfig, model_cfg: ModelConfig) -> list[str]
     device = device_type(str(cfg.trainer.get("accelerator", "auto")))
     precision, reason = resolve_precision(cfg.trainer.precision, model_cfg, device)
     cfg.trainer.precision = precision
-    lines = [describe(), f"precision: {precision} ({reason})"]
+    lines = [describe(), f"precision: {precision} ({reason})", f"allocator: {allocator_in_use()}"]
     if cfg.compile:
         blocker = compile_blocker(device)
         cfg.compile = blocker is None
@@ -165,14 +168,16 @@ def train(cfg: DictConfig) -> dict[str, float]:
     run = validated_run(cfg)
     if run.ckpt_path is not None and not Path(run.ckpt_path).is_file():
         raise ConfigError(f"ckpt_path: no checkpoint at {run.ckpt_path}")
+    start = open_start(run)
     claim = owned(run_dir, resumes(run.ckpt_path, run_dir), run.overwrite_output_dir)
     with claim if rank_zero_only.rank == 0 else nullcontext():  # the other ranks write where rank 0 holds
         check_run_directory(run_dir)
-        return _train_in(run_dir, cfg, run)
+        return _train_in(run_dir, cfg, run, start)
 
 
-def _train_in(run_dir: Path, cfg: DictConfig, run: RunConfig) -> dict[str, float]:
-    """The run itself, once ``run_dir`` is known to be this run's to write."""
+def _train_in(run_dir: Path, cfg: DictConfig, run: RunConfig, start: LoadedModel | None) -> dict[str, float]:
+    """The run itself, once ``run_dir`` is known to be this run's to write; ``start``: what
+    ``init_from`` names, whose tokenizer the run keeps (also when it resumes)."""
     model_cfg, data_cfg, optim_cfg, decode_cfg = run.model, run.data, run.optim, run.decode
     header = settle_machine_choices(cfg, model_cfg)
     if rank_zero_only.rank == 0:  # every rank of a torchrun or SLURM launch runs this; one writes
@@ -183,7 +188,7 @@ def _train_in(run_dir: Path, cfg: DictConfig, run: RunConfig) -> dict[str, float
     if torch.cuda.is_available():
         torch.set_float32_matmul_precision("high")  # TF32 matmuls on Ampere+; no effect on CPU
 
-    datamodule = TranslationDataModule(data_cfg, seed=run.seed)
+    datamodule = TranslationDataModule(data_cfg, seed=run.seed, tokenizer=start.tokenizer if start else None)
     datamodule.setup("fit")  # in every process: one per cache directory builds, the others load it
     if rank_zero_only.rank == 0:
         datamodule.tokenizer.save(run_dir)
@@ -198,6 +203,8 @@ def _train_in(run_dir: Path, cfg: DictConfig, run: RunConfig) -> dict[str, float
         skip_nonfinite=run.skip_nonfinite,
         tokenizer=datamodule.tokenizer,
     )
+    if start is not None and run.ckpt_path is None:  # a resumed run gets its weights from ckpt_path
+        load_weights(module, start)
     n_params = module.model.num_parameters()
     log.info("model: %.2fM parameters; run directory: %s", n_params / 1e6, run_dir)
     if cfg.compile:

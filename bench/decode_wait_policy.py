@@ -1,0 +1,87 @@
+"""Decoding speed under each OpenMP wait policy: a fresh process per policy (libgomp reads it once).
+
+Each process opens the checkpoint in float32, translates 50 sentences as a warm-up, then times beam
+5 and greedy over the first ``--sentences`` sentences of its test split. Policies alternate within
+each round. ``--busy`` runs every round beside one process that spins on a core. Prints each
+policy's seconds and ``RATIO`` lines of the decoders' default (:mod:`seq2seq.threads`) against the
+best policy of each column.
+
+    python -m bench.decode_wait_policy --ckpt best.ckpt [--sentences 1000] [--rounds 2] [--busy]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from seq2seq.threads import DECODERS, USER_SETTINGS, wait_policy
+
+POLICIES = {  # label -> OpenMP variables
+    "passive (OMP_WAIT_POLICY=PASSIVE)": {"OMP_WAIT_POLICY": "PASSIVE"},
+    "libgomp's default (spin, then sleep)": {},
+    "GOMP_SPINCOUNT=2000": {"GOMP_SPINCOUNT": "2000"},
+}
+CHILD = """
+import json, sys, time
+from bench.length_penalty import held_out_test
+from seq2seq.inference.backends import open_model
+from pathlib import Path
+ckpt, count = sys.argv[1], int(sys.argv[2])
+sources = held_out_test(Path(ckpt))[0][:count]
+translator = open_model(ckpt, device="cpu", dtype="float32").translator
+list(translator.translate(sources[:50], translator.settings(beam=5)))
+seconds = {}
+for beam in (5, 1):
+    start = time.perf_counter()
+    list(translator.translate(sources, translator.settings(beam=beam)))
+    seconds[beam] = time.perf_counter() - start
+print(json.dumps(seconds))
+"""
+
+
+def timed(ckpt: str, sentences: int, policy: dict[str, str]) -> dict[str, float]:
+    env = {key: value for key, value in os.environ.items() if key not in USER_SETTINGS}
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, ckpt, str(sentences)],
+        env={**env, **policy},
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--ckpt", required=True)
+    parser.add_argument("--sentences", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--busy", action="store_true", help="beside one process spinning on a core")
+    args = parser.parse_args()
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if args.busy else None
+    try:
+        runs: dict[str, list[dict[str, float]]] = {label: [] for label in POLICIES}
+        for _ in range(args.rounds):
+            for label, policy in POLICIES.items():
+                runs[label].append(timed(args.ckpt, args.sentences, policy))
+                print(label, runs[label][-1], flush=True)
+    finally:
+        if busy is not None:
+            busy.terminate()
+    default = next(label for label, policy in POLICIES.items() if policy == wait_policy(DECODERS[0]))
+    for beam, search in (("5", "beam5"), ("1", "greedy")):
+        fastest = {label: min(run[beam] for run in times) for label, times in runs.items()}
+        print(f"{search}: " + ", ".join(f"{label} {seconds:.2f} s" for label, seconds in fastest.items()))
+        ratio = min(fastest.values()) / fastest[default]  # 1: the default is the fastest
+        print(f"RATIO decode_wait_policy_{search}_default_vs_best {ratio:.2f} target 0.9")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,222 @@
+"""Streamed (``data.streaming=true``) against in-memory data at growing corpus sizes: peak memory of
+a training process with its loader worker, cold build, warm start and loader tokens/s.
+
+Every run is a fresh subprocess (bench/data.py's pipeline child, here with the loader read for a
+number of batches), on synthetic corpora of bench/synthetic_corpus.py. Warm runs of the two paths
+alternate, and ratios compare runs of the same invocation. Ends with ``RATIO`` lines and, with
+``--record``, a table record for docs/records/.
+
+    python bench/streaming.py --pairs 1000000 5000000 --record docs/records/streaming-NAME.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from synthetic_corpus import write_corpus
+
+from data import AnonymousPeak
+from seq2seq.config import DataConfig
+from seq2seq.data.datamodule import TranslationDataModule
+from seq2seq.hardware import describe
+
+BATCHES = 400  # training batches read per warm run
+MODES = {"memory": False, "streamed": True}
+
+
+def _child(path: str, cache_dir: str, streaming: str, batches: str, started: str) -> None:
+    """Setup (building what is missing), then ``batches`` training batches through one loader worker."""
+    import datasets
+
+    anonymous = AnonymousPeak()
+    datasets.disable_progress_bars()
+    dm = TranslationDataModule(DataConfig(path=path, cache_dir=cache_dir, streaming=streaming == "True"))
+    dm.setup("fit")
+    ready = time.time()
+    loader = iter(dm.train_dataloader())
+    first = next(loader)
+    first_at = time.time()
+    tokens, read = first.real_tokens(), 1
+    for batch in loader:
+        tokens, read = tokens + batch.real_tokens(), read + 1
+        if read == int(batches):
+            break
+    seconds = time.time() - first_at
+    del loader, batch  # joins the worker, so that its peak is counted below
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
+    worker = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20
+    result = {
+        "setup_s": ready - float(started),
+        "first_batch_s": first_at - float(started),
+        "tokens_per_s": (tokens - first.real_tokens()) / max(seconds, 1e-9),
+        "peak_rss_gib": own,
+        "worker_peak_rss_gib": worker,
+        "rank_peak_rss_gib": own + worker,
+        "peak_anonymous_gib": anonymous.peak_kib / 2**20,
+    }
+    print(json.dumps(result))
+
+
+def run(path: Path, cache_dir: Path, streaming: bool, batches: int) -> dict:
+    command = [sys.executable, __file__, "--child", str(path), str(cache_dir), str(streaming), str(batches)]
+    done = subprocess.run([*command, repr(time.time())], capture_output=True, text=True, check=False)
+    if done.returncode:
+        raise RuntimeError(f"run failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def measure(pairs: int, scratch: Path, corpora: Path, repeats: int, batches: int) -> dict[str, dict]:
+    """Cold and warm runs of both paths on a corpus of ``pairs`` pairs (written into ``corpora``
+    unless it is there: the same seed writes the same bytes)."""
+    corpus = corpora / f"synthetic-{pairs}.tsv"
+    if not corpus.is_file():
+        print(f"{pairs} pairs: corpus written in {write_corpus(corpus, pairs):.0f} s", flush=True)
+    results = {}
+    for mode, streaming in MODES.items():
+        cache = scratch / f"cache-{pairs}-{mode}"
+        results[mode] = {"cold": run(corpus, cache, streaming, batches), "warm": []}
+        print(f"{pairs} {mode} cold: {json.dumps(results[mode]['cold'])}", flush=True)
+    for _ in range(repeats):  # alternated, so both paths see the same background load
+        for mode, streaming in MODES.items():
+            warm = run(corpus, scratch / f"cache-{pairs}-{mode}", streaming, batches)
+            results[mode]["warm"].append(warm)
+            print(f"{pairs} {mode} warm: {json.dumps(warm)}", flush=True)
+    return results
+
+
+def _median(runs: list[dict], key: str) -> float:
+    return statistics.median(run[key] for run in runs)
+
+
+def rows(sizes: dict[int, dict[str, dict]]) -> tuple[list[list[str]], list[tuple[str, float, float]]]:
+    """The record's rows and the RATIO lines."""
+    table, ratios = [], []
+    for pairs, results in sizes.items():
+        for mode in MODES:
+            cold, warm = results[mode]["cold"], results[mode]["warm"]
+            table.append(
+                [
+                    f"{pairs / 1e6:g} M, {mode}",
+                    f"{cold['setup_s']:.0f} s",
+                    f"{cold['peak_rss_gib']:.2f} / {cold['peak_anonymous_gib']:.2f}",
+                    f"{_median(warm, 'first_batch_s'):.1f} s",
+                    f"{_median(warm, 'rank_peak_rss_gib'):.2f} ({_median(warm, 'worker_peak_rss_gib'):.2f})",
+                    f"{_median(warm, 'tokens_per_s'):,.0f}",
+                ]
+            )
+        ratio = _median(results["streamed"]["warm"], "tokens_per_s") / _median(
+            results["memory"]["warm"], "tokens_per_s"
+        )
+        ratios.append((f"streamed_loader_tokens_per_s_ratio_{pairs}", ratio, 0.9))
+    smallest, largest = min(sizes), max(sizes)
+    for mode in MODES if largest > smallest else ():
+        grow = _median(sizes[largest][mode]["warm"], "rank_peak_rss_gib") / _median(
+            sizes[smallest][mode]["warm"], "rank_peak_rss_gib"
+        )
+        ratios.append((f"{mode}_rank_peak_rss_growth_{largest}_over_{smallest}", grow, 1.10))
+    return table, ratios
+
+
+PADDING_HEADER = [
+    "epoch 0, data.max_tokens=4096",
+    "padding, full sort (in memory)",
+    "padding, streamed windows",
+]
+HEADER = [
+    "pairs, path",
+    "cold build (setup)",
+    "cold peak RSS / anonymous, GiB",
+    "warm: to the first batch",
+    "warm: peak RSS of the process and its loader worker (worker), GiB",
+    "loader tokens/s",
+]
+
+
+def padding(batches: list[list[int]], lengths: np.ndarray) -> float:
+    """Share of the batches' padded slots (batch size x its longest pair) that hold no token."""
+    real = sum(int(lengths[batch].sum()) for batch in batches)
+    return 1.0 - real / sum(len(batch) * int(lengths[batch].max()) for batch in batches)
+
+
+def padding_rows(scratch: Path) -> tuple[list[list[str]], list[tuple[str, float, float]]]:
+    """Padding of an epoch of the bundled corpus, streamed (windows) against the full sort in memory."""
+    memory = TranslationDataModule(DataConfig(cache_dir=str(scratch)))
+    memory.setup("fit")
+    full = padding(list(memory.train_dataloader().batch_sampler), memory.lengths["train"])
+    streamed = TranslationDataModule(DataConfig(cache_dir=str(scratch), streaming=True))
+    streamed.setup("fit")
+    store = streamed.streamed.store
+    lengths = np.concatenate([store.block_lengths(block) for block in range(store.blocks)])
+    windowed = padding(list(streamed.train_dataloader().batch_sampler), lengths)
+    row = [
+        f"bundled corpus, {store.rows} pairs, {store.blocks} blocks",
+        f"{100 * full:.2f} %",
+        f"{100 * windowed:.2f} %",
+    ]
+    return [row], [("streamed_padding_points_over_full_sort", 100 * (windowed - full), 1.5)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pairs", type=int, nargs="+", default=[1_000_000, 5_000_000])
+    parser.add_argument("--repeats", type=int, default=2, help="warm runs of each path, alternated")
+    parser.add_argument("--batches", type=int, default=BATCHES, help="training batches read per warm run")
+    parser.add_argument("--record", type=Path, help="write the table record here")
+    parser.add_argument("--corpora", type=Path, help="keep the synthetic corpora here (default: deleted)")
+    parser.add_argument("--padding", action="store_true", help="only the padding of the bundled corpus")
+    parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        _child(*args.child)
+        return
+    machine = describe()
+    print(machine)
+    if args.padding:
+        with tempfile.TemporaryDirectory() as scratch:
+            table, ratios = padding_rows(Path(scratch))
+        print(table)
+        write_record(args, machine, PADDING_HEADER, table, ratios)
+        return
+    sizes: dict[int, dict[str, dict]] = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        for (
+            pairs
+        ) in args.pairs:  # the record is rewritten after each size: a long run leaves what it measured
+            corpora = args.corpora or Path(scratch)
+            sizes[pairs] = measure(pairs, Path(scratch), corpora, args.repeats, args.batches)
+            write_record(args, machine, HEADER, *rows(sizes))
+
+
+def write_record(
+    args: argparse.Namespace, machine: str, header: list[str], table: list[list[str]], ratios: list
+) -> None:
+    for name, value, target in ratios:
+        print(f"RATIO {name} {value:.3f} target {target}")
+    if not args.record:
+        return
+    record = {
+        "kind": "table",
+        "name": args.record.stem,
+        "machine": machine,
+        "notes": "python bench/streaming.py --padding"
+        if args.padding
+        else f"python bench/streaming.py --pairs {' '.join(map(str, args.pairs))} --repeats {args.repeats} "
+        f"--batches {args.batches}: medians of the alternated warm runs, one loader worker",
+        "header": header,
+        "rows": table,
+        "ratios": {name: round(value, 3) for name, value, _ in ratios},
+    }
+    args.record.write_text(json.dumps(record, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,67 @@
+"""``init_from``: a new run that starts from a trained model's weights and tokenizer and from nothing
+else: its optimizer, schedule, budget and data order are new (``ckpt_path`` resumes a run instead)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict
+from typing import Any
+
+from seq2seq.checkpoint import CheckpointError, LoadedModel, load_model
+from seq2seq.config import ConfigError, RunConfig
+from seq2seq.training.module import TranslationModule
+
+log = logging.getLogger(__name__)
+
+FREE_MODEL_KEYS = ("dropout", "attention_dropout")  # may differ: they shape training, not the weights
+TOKENIZER_KEYS = ("tokenizer", "tokenizer_file", "vocab_size", "shared_vocab")  # what made the tokenizer
+
+
+def open_start(run: RunConfig) -> LoadedModel | None:
+    """The checkpoint ``init_from`` names, checked against the run; None when it names none."""
+    if run.init_from is None:
+        return None
+    try:
+        start = load_model(run.init_from)
+    except CheckpointError as err:
+        raise ConfigError(f"init_from: {err}") from err
+    check_agrees(start, run)
+    return start
+
+
+def _value(value: Any) -> str:
+    """A value as an override writes it: true, null, [a,b]."""
+    return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+
+
+def check_agrees(start: LoadedModel, run: RunConfig) -> None:
+    """The run's model and tokenizer keys must be the checkpoint's, so the weights fit and mean the
+    same tokens, and so does its direction; one line names every key that differs."""
+    theirs = {f"model.{key}": value for key, value in asdict(start.model_config).items()}
+    ours = {f"model.{key}": value for key, value in asdict(run.model).items()}
+    for key in (*TOKENIZER_KEYS, "direction"):
+        theirs[f"data.{key}"], ours[f"data.{key}"] = getattr(start.data_config, key), getattr(run.data, key)
+    free = {f"model.{key}" for key in FREE_MODEL_KEYS}
+    differ = [key for key in theirs if key not in free and theirs[key] != ours[key]]
+    if differ:
+        has, run_has = (
+            " ".join(f"{key}={_value(values[key])}" for key in differ) for values in (theirs, ours)
+        )
+        raise ConfigError(
+            f"init_from: {run.init_from} has {has}, this run {run_has}: set them as the checkpoint has them"
+        )
+
+
+def load_weights(module: TranslationModule, start: LoadedModel) -> None:
+    """The checkpoint's weights (those inference loads: its EMA where it kept one) become both the
+    trained weights and, where the run keeps one, their moving average."""
+    weights = start.model.state_dict()
+    module.model.load_state_dict(weights)
+    if module.ema_model is not None:
+        module.ema_model.load_state_dict(weights)
+    log.info(
+        "init_from: the weights of %s (step %s); new optimizer, schedule, budget and data order",
+        start.name,
+        "unknown" if start.global_step is None else start.global_step,
+    )

@@ -1,0 +1,152 @@
+"""``init_from``: a new run from a trained model's weights and tokenizer.
+
+``fixtures/orders.tsv`` holds 400 pairs from four templates (goods ordered, sent or sold on a
+weekday, two to twelve of them): a domain that ``fixtures/tiny.tsv``, the base model's corpus,
+lacks. Fine-tuning on it must raise BLEU on its test split.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from compose import ROOT, tiny_run
+
+from seq2seq.checkpoint import EMA_PREFIX, MODEL_PREFIX, load_model, read_checkpoint
+from seq2seq.config import ConfigError
+from seq2seq.data import corpus
+from seq2seq.data.tokenizer import TranslationTokenizer
+from seq2seq.inference.backends import open_model
+from seq2seq.inference.evaluation import evaluate
+from seq2seq.training.run import train
+
+ORDERS = ROOT / "tests" / "fixtures" / "orders.tsv"
+OLDEST = sorted((ROOT / "tests" / "fixtures").glob("checkpoint-*.ckpt"))[0]  # of the earliest version kept
+ON_ORDERS = (f"data.path={ORDERS}", "data.valid_size=40", "data.test_size=40")
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny experiment trained on the tiny corpus: a model that knows nothing of orders."""
+    tmp = tmp_path_factory.mktemp("base")
+    train(tiny_run(tmp / "run", tmp / "cache", "trainer.max_epochs=4"))
+    return tmp / "run" / "checkpoints" / "best.ckpt"
+
+
+def fine_tune(tmp: Path, base: Path, *overrides: str) -> Path:
+    """Train the tiny experiment on the orders from ``base``; returns the run directory."""
+    train(tiny_run(tmp / "run", tmp / "cache", f"init_from={base}", *ON_ORDERS, *overrides))
+    return tmp / "run"
+
+
+@pytest.fixture(scope="module")
+def fine_tuned(tmp_path_factory: pytest.TempPathFactory, base: Path) -> Path:
+    return fine_tune(tmp_path_factory.mktemp("tuned"), base, "trainer.max_epochs=10")
+
+
+def orders_bleu(ckpt: Path, test_split_of: Path) -> float:
+    """Greedy BLEU of ``ckpt`` on the test split of the run that wrote ``test_split_of``."""
+    sources, references = corpus.references(
+        corpus.load_splits(load_model(test_split_of).data_config)[0]["test"]
+    )
+    translator = open_model(ckpt, device="cpu", dtype="float32").translator
+    return evaluate(translator, sources, references).scores["bleu"]
+
+
+def test_fine_tuning_on_a_new_domain_raises_its_bleu(base: Path, fine_tuned: Path) -> None:
+    tuned = fine_tuned / "checkpoints" / "best.ckpt"
+    before, after = orders_bleu(base, tuned), orders_bleu(tuned, tuned)
+    assert after > before + 20, (before, after)
+
+
+def test_the_run_keeps_the_checkpoints_tokenizer(base: Path, fine_tuned: Path) -> None:
+    """The orders would teach a BPE other merges; the run encodes them with the base model's."""
+    kept = load_model(base).tokenizer.to_dict()
+    assert TranslationTokenizer.load(fine_tuned).to_dict() == kept
+    assert load_model(fine_tuned / "checkpoints" / "best.ckpt").tokenizer.to_dict() == kept
+    orders = [line.split("\t") for line in ORDERS.read_text(encoding="utf-8").splitlines()]
+    learnt = TranslationTokenizer.train((s for s, _ in orders), (t for _, t in orders), 300, shared=True)
+    assert learnt.to_dict() != kept
+
+
+def test_it_starts_from_the_weights_inference_loads_with_a_new_schedule(base: Path, tmp_path: Path) -> None:
+    """One step at a negligible learning rate: both weight sets are still the base's EMA weights,
+    and the schedule (its warmup included) counts from step 0."""
+    run = fine_tune(tmp_path, base, "trainer.max_steps=1", "optim.lr=1e-12")
+    last = read_checkpoint(run / "checkpoints" / "last.ckpt")
+    start = read_checkpoint(base)["state_dict"]
+    assert last["global_step"] == 1 and last["lr_schedulers"][0]["last_epoch"] == 1
+    for prefix in (MODEL_PREFIX, EMA_PREFIX):
+        for name, tensor in start.items():
+            if name.startswith(EMA_PREFIX):
+                weights = last["state_dict"][prefix + name.removeprefix(EMA_PREFIX)]
+                torch.testing.assert_close(weights, tensor, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("override", "named"),
+    [
+        ("model.d_model=64", "has model.d_model=32, this run model.d_model=64"),
+        ("data.vocab_size=500", "has data.vocab_size=300, this run data.vocab_size=500"),
+        ("data.direction=es-en", "has data.direction=en-es, this run data.direction=es-en"),
+    ],
+)
+def test_a_model_or_tokenizer_that_differs_fails_in_one_line(
+    base: Path, tmp_path: Path, override: str, named: str
+) -> None:
+    with pytest.raises(ConfigError, match=named) as failure:
+        fine_tune(tmp_path, base, override)
+    assert "\n" not in str(failure.value) and str(failure.value).startswith(f"init_from: {base} ")
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_train_py_says_so_in_one_line(base: Path, tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "train.py", "experiment=tiny", f"init_from={base}", "model.n_heads=4",
+         f"data.cache_dir={tmp_path / 'cache'}", f"hydra.run.dir={tmp_path / 'run'}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"error: init_from: {base} has model.n_heads=2, this run model.n_heads=4: "
+        "set them as the checkpoint has them"
+    )
+
+
+def test_dropout_may_change(base: Path, tmp_path: Path) -> None:
+    run = fine_tune(tmp_path, base, "model.dropout=0.2", "trainer.max_steps=2")
+    assert load_model(run / "checkpoints" / "last.ckpt").model_config.dropout == 0.2
+
+
+def test_a_checkpoint_of_an_earlier_version_starts_a_run(tmp_path: Path) -> None:
+    sizes = ("model.d_model=16", "model.d_ff=32", "model.n_encoder_layers=1", "model.n_decoder_layers=1")
+    run = fine_tune(tmp_path, OLDEST, *sizes, "trainer.max_steps=3")
+    trained = load_model(run / "checkpoints" / "last.ckpt")
+    assert trained.global_step == 3
+    assert trained.tokenizer.to_dict() == load_model(OLDEST).tokenizer.to_dict()
+
+
+def test_resuming_a_fine_tuned_run_without_its_init_from_fails_in_one_line(
+    fine_tuned: Path, tmp_path: Path
+) -> None:
+    """Left to itself the run would learn a BPE from the orders and read the checkpoint's ids with it."""
+    last = fine_tuned / "checkpoints" / "last.ckpt"
+    config = tiny_run(
+        tmp_path / "run", tmp_path / "cache", *ON_ORDERS, f"ckpt_path={last}", "trainer.max_epochs=11"
+    )
+    with pytest.raises(ConfigError, match="resume a run started with init_from with that init_from too"):
+        train(config)
+
+
+def test_resuming_a_fine_tuned_run_with_its_init_from_continues_it(
+    base: Path, fine_tuned: Path, tmp_path: Path
+) -> None:
+    last = fine_tuned / "checkpoints" / "last.ckpt"
+    run = fine_tune(tmp_path, base, f"ckpt_path={last}", "trainer.max_epochs=11")
+    assert (
+        read_checkpoint(run / "checkpoints" / "last.ckpt")["global_step"]
+        > read_checkpoint(last)["global_step"]
+    )

@@ -1,0 +1,62 @@
+"""Training's allocator: jemalloc preloaded where installed, the system's on request; evaluation
+loads without a worker process."""
+
+import subprocess
+import sys
+from dataclasses import replace
+
+import pytest
+
+from seq2seq.config import DataConfig
+from seq2seq.data.datamodule import TranslationDataModule
+from seq2seq.memory import CHOICE, allocator, jemalloc_library, preloaded_environment
+
+LIBRARY = "libjemalloc.so.2"
+
+
+def test_jemalloc_goes_first_in_ld_preload_unless_the_system_allocator_is_chosen() -> None:
+    assert preloaded_environment({"HOME": "/h"}, LIBRARY) == {"HOME": "/h", "LD_PRELOAD": LIBRARY}
+    assert preloaded_environment({"LD_PRELOAD": "libx.so"}, LIBRARY)["LD_PRELOAD"] == f"{LIBRARY}:libx.so"
+    assert preloaded_environment({CHOICE: "jemalloc"}, LIBRARY) is not None
+    assert preloaded_environment({CHOICE: "system"}, LIBRARY) is None
+
+
+def test_nothing_to_do_without_jemalloc_or_once_it_is_preloaded() -> None:
+    assert preloaded_environment({}, None) is None
+    assert preloaded_environment({"LD_PRELOAD": f"/usr/lib/{LIBRARY}"}, LIBRARY) is None  # no second restart
+
+
+def test_an_unknown_choice_is_a_one_line_error() -> None:
+    with pytest.raises(SystemExit, match=f"error: {CHOICE}='tcmalloc': expected one of jemalloc, system"):
+        preloaded_environment({CHOICE: "tcmalloc"}, LIBRARY)
+
+
+def _mapped_libraries(choice: str) -> str:
+    """The memory map of a process that imports ``seq2seq.use_jemalloc`` first, as train.py does."""
+    code = "import seq2seq.use_jemalloc; print(open('/proc/self/maps').read())"
+    env = {"PATH": "/usr/bin:/bin", CHOICE: choice}
+    return subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True, timeout=60
+    ).stdout
+
+
+@pytest.mark.skipif(jemalloc_library() is None, reason="jemalloc is not installed")
+def test_the_launch_restarts_under_jemalloc_and_the_system_choice_keeps_malloc() -> None:
+    assert "libjemalloc" in _mapped_libraries("jemalloc")
+    assert "libjemalloc" not in _mapped_libraries("system")
+
+
+def test_evaluation_loads_in_process_whatever_the_training_workers(tiny_data_cfg: DataConfig) -> None:
+    """A validation worker would be a fork of the training process, grown by then to its largest."""
+    datamodule = TranslationDataModule(replace(tiny_data_cfg, num_workers=1))
+    datamodule.setup("fit")
+    assert datamodule.train_dataloader().num_workers == 1
+    assert datamodule.val_dataloader().num_workers == 0
+    assert datamodule.test_dataloader().num_workers == 0
+
+
+def test_the_run_log_says_which_allocator_runs_and_why() -> None:
+    maps = f"7f00-7f01 r-xp 0 0:0 0 /usr/lib/x86_64-linux-gnu/{LIBRARY}\n"
+    assert allocator({}, maps, LIBRARY) == "jemalloc (preloaded)"
+    assert allocator({CHOICE: "system"}, "", LIBRARY).endswith(f"({CHOICE}=system)")
+    assert "no jemalloc installed" in allocator({}, "", None)
