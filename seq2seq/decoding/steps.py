@@ -63,8 +63,9 @@ class CachedSteps:
         self.cache = model.start_cache(memory, src_mask)
         self.candidates = candidates
         self.special = model.special_ids
+        self.candidate_ids = [] if candidates is None else candidates.tolist()  # read once, not per sentence
         if candidates is not None:
-            position = {int(i): p for p, i in enumerate(candidates.tolist())}
+            position = {i: p for p, i in enumerate(self.candidate_ids)}
             self.special = SpecialIds(*(position[i] for i in astuple(model.special_ids)))
             self.project = restricted_generator(model.generator, candidates)
 
@@ -80,8 +81,7 @@ class CachedSteps:
         """Emitted tokens as vocabulary ids."""
         if self.candidates is None:
             return tokens
-        ids = self.candidates.tolist()
-        return [ids[t] for t in tokens]
+        return [self.candidate_ids[t] for t in tokens]
 
     def select(self, index: Tensor) -> None:
         """Keep/reorder the sentences of a one-row-per-sentence search (greedy): drop finished ones."""
