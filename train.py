@@ -20,8 +20,8 @@ from seq2seq.command_line import INTERRUPTED, TERMINATED
 from seq2seq.config import ConfigError, DataError
 from seq2seq.training.launch import prepare_launch
 from seq2seq.training.module import NonFiniteLossError
-from seq2seq.training.ownership import RunDirectoryTaken
-from seq2seq.training.run import discard_unstarted_run, run_directory, train
+from seq2seq.training.ownership import RunDirectoryTaken, discard_unstarted_run
+from seq2seq.training.run import run_directory, train
 
 CONFIGS = Path(__file__).resolve().parent / "configs"
 
@@ -48,8 +48,8 @@ def main(cfg: DictConfig, recipe: str) -> float | None:
 
 if __name__ == "__main__":
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else None
-    try:  # before Hydra creates the run directory, and in one line where Hydra would print several
-        launch = prepare_launch(sys.argv[1:], os.environ, gpu, CONFIGS)  # holds its claim until exit
+    try:  # in one line where Hydra would print several
+        launch = prepare_launch(sys.argv[1:], os.environ, gpu, CONFIGS)
     except ConfigError as err:
         sys.exit(f"error: {err}")
     sys.argv[1:] = launch.argv

@@ -1,4 +1,4 @@
-"""Data pipeline benchmark: cold vs cached setup, padding waste, and a corpus of millions of pairs.
+"""The data pipeline's start: cold and cached, on the bundled corpus and on a corpus of millions of pairs.
 
 Each pipeline run happens in its own subprocess so its peak RSS is its own and nothing
 (imports, page cache aside) is warm; its clock starts before the subprocess does. A run
@@ -7,8 +7,8 @@ the first collated training batch, with the default data settings. ``--pairs N``
 deterministic synthetic corpus of N new pairs (bench/synthetic_corpus.py), built cold and
 started warm. Ends with ``RATIO <name> <value> target <target>`` lines.
 
-    python bench/data.py                   # bundled corpus, cold + cached + padding
-    python bench/data.py --pairs 5000000   # also 5M synthetic pairs: cold, warm, RSS, cache size
+    python -m bench.data                   # bundled corpus, cold + cached
+    python -m bench.data --pairs 5000000   # also 5M synthetic pairs: cold, warm, RSS, cache size
 """
 
 from __future__ import annotations
@@ -19,41 +19,23 @@ import resource
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
-import numpy as np
-import pyarrow.compute as pc
+from bench.measure import CORPUS, ROOT, AnonymousPeak, add_target_option, ratio_line, target_for, targets
+from bench.synthetic_corpus import write_corpus
+from seq2seq.config import DataConfig
+from seq2seq.data.datamodule import TranslationDataModule
+from seq2seq.hardware import describe
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from seq2seq.config import DataConfig  # noqa: E402
-from seq2seq.data.batching import TokenBudgetBatchSampler  # noqa: E402
-from seq2seq.data.datamodule import TranslationDataModule  # noqa: E402
-from seq2seq.hardware import describe  # noqa: E402
-
-sys.path.insert(0, str(ROOT / "bench"))
-from synthetic_corpus import write_corpus  # noqa: E402
-
-CORPUS = ROOT / "data" / "spa-eng" / "spa.txt.gz"
-
-
-class AnonymousPeak:
-    """Peak anonymous memory (heap, arrays) of this process, sampled every 20 ms. Peak RSS also
-    counts the pages of memory-mapped caches that were read, which the kernel can drop at will."""
-
-    def __init__(self) -> None:
-        self.peak_kib = 0
-        threading.Thread(target=self._watch, daemon=True).start()
-
-    def _watch(self) -> None:
-        while True:
-            with open("/proc/self/status") as status:
-                line = next(line for line in status if line.startswith("RssAnon:"))
-            self.peak_kib = max(self.peak_kib, int(line.split()[1]))
-            time.sleep(0.02)
+TARGETS = {
+    "data_cold_seconds": 30,  # at most, from process start: load, split, train BPE, encode
+    "data_cached_seconds": 5,  # at most, from process start with the cache built
+    "data_scale_cold_build_seconds": 300,  # --pairs: to the first batch, cache built from nothing
+    "data_scale_warm_start_seconds": 10,  # --pairs: to the first batch, cache built
+    "data_scale_peak_rss_gib": 1,  # --pairs: at most, cold or warm
+    "data_scale_peak_anonymous_gib": 1,
+}
 
 
 def _pipeline(path: str, cache_dir: str, started: str) -> None:
@@ -80,8 +62,8 @@ def _pipeline(path: str, cache_dir: str, started: str) -> None:
 
 
 def run_pipeline(path: Path, cache_dir: Path) -> dict:
-    command = [sys.executable, __file__, "--child", str(path), str(cache_dir), repr(time.time())]
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    command = [sys.executable, "-m", "bench.data", "--child", str(path), str(cache_dir), repr(time.time())]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
     if done.returncode:
         raise RuntimeError(f"pipeline run failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -99,34 +81,8 @@ def _size_gib(directory: Path) -> float:
     return sum(path.stat().st_size for path in directory.rglob("*") if path.is_file()) / 2**30
 
 
-def _padding(src_len: np.ndarray, tgt_len: np.ndarray, batches: list[np.ndarray]) -> float:
-    """Share of the src (B, S) and tgt (B, T) tensors that is padding, over all batches."""
-    real = padded = 0
-    for batch in batches:
-        s, t = src_len[batch] + 1, tgt_len[batch] + 1  # EOS on the source, BOS/EOS on the target
-        real += s.sum() + t.sum()
-        padded += len(batch) * (s.max() + t.max())
-    return 1.0 - real / padded
-
-
-def padding_report(cache_dir: Path) -> tuple[float, float, int]:
-    """Padding of token-budget batches vs random batches with the same mean tokens per batch."""
-    cfg = DataConfig(path=str(CORPUS), cache_dir=str(cache_dir))
-    dm = TranslationDataModule(cfg)
-    dm.setup("fit")
-    table = dm.splits["train"].with_format("arrow")
-    src_len = pc.list_value_length(table["src_ids"]).to_numpy()
-    tgt_len = pc.list_value_length(table["tgt_ids"]).to_numpy()
-    sampler = TokenBudgetBatchSampler(np.maximum(src_len, tgt_len) + 1, cfg.max_tokens, True, seed=0)
-    budget = [np.asarray(batch) for batch in sampler]
-    fixed_size = round(len(src_len) / len(budget))  # same number of batches => same mean tokens
-    order = np.random.default_rng(0).permutation(len(src_len))
-    fixed = [order[i : i + fixed_size] for i in range(0, len(order), fixed_size)]
-    return _padding(src_len, tgt_len, budget), _padding(src_len, tgt_len, fixed), fixed_size
-
-
-def scale_report(n_pairs: int) -> list[tuple[str, float, float]]:
-    """Cold build and warm start of ``n_pairs`` synthetic pairs, against the issue's targets."""
+def scale_report(n_pairs: int) -> list[tuple[str, float]]:
+    """Cold build and warm start of ``n_pairs`` synthetic pairs: seconds and peak memory."""
     with tempfile.TemporaryDirectory() as scratch:
         corpus = Path(scratch) / f"synthetic-{n_pairs}.tsv"
         seconds = write_corpus(corpus, n_pairs)
@@ -138,10 +94,10 @@ def scale_report(n_pairs: int) -> list[tuple[str, float, float]]:
         cache_gib, corpus_gib = _size_gib(Path(scratch) / "cache"), corpus.stat().st_size / 2**30
         print(f"cache: {cache_gib:.2f} GiB for a {corpus_gib:.2f} GiB corpus")
     return [
-        ("data_scale_cold_build_seconds", cold["first_batch_seconds"], 300),
-        ("data_scale_warm_start_seconds", warm["first_batch_seconds"], 10),
-        ("data_scale_peak_rss_gib", max(cold["peak_rss_gib"], warm["peak_rss_gib"]), 1),
-        ("data_scale_peak_anonymous_gib", max(cold["peak_anonymous_gib"], warm["peak_anonymous_gib"]), 1),
+        ("data_scale_cold_build_seconds", cold["first_batch_seconds"]),
+        ("data_scale_warm_start_seconds", warm["first_batch_seconds"]),
+        ("data_scale_peak_rss_gib", max(cold["peak_rss_gib"], warm["peak_rss_gib"])),
+        ("data_scale_peak_anonymous_gib", max(cold["peak_anonymous_gib"], warm["peak_anonymous_gib"])),
     ]
 
 
@@ -151,6 +107,7 @@ def main() -> None:
         "--pairs", type=int, default=0, help="also build and start a synthetic corpus of N pairs"
     )
     parser.add_argument("--child", nargs=3, metavar=("PATH", "CACHE_DIR", "STARTED"), help=argparse.SUPPRESS)
+    add_target_option(parser, TARGETS)
     args = parser.parse_args()
     if args.child:
         _pipeline(*args.child)
@@ -162,14 +119,12 @@ def main() -> None:
         cached = run_pipeline(CORPUS, Path(scratch))
         print(_summary("cold", cold))
         print(_summary("cached", cached))
-        budget, fixed, fixed_size = padding_report(Path(scratch))
-    print(f"padding: token budget {budget:.3f}, random batches of {fixed_size} {fixed:.3f}")
-    ratios += [("data_cold_seconds", cold["seconds"], 30), ("data_cached_seconds", cached["seconds"], 5)]
-    ratios.append(("padding_fraction_token_budget", budget, 0.10))
+    ratios += [("data_cold_seconds", cold["seconds"]), ("data_cached_seconds", cached["seconds"])]
     if args.pairs:
         ratios += scale_report(args.pairs)
-    for name, value, target in ratios:
-        print(f"RATIO {name} {value:.3f} target {target}")
+    goals = targets(args)
+    for name, value in ratios:
+        print(ratio_line(name, value, target_for(name, goals), digits=3))
 
 
 if __name__ == "__main__":

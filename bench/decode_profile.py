@@ -19,7 +19,7 @@ scores (beams of live sentences), steps the decoder steps. The matrix products' 
 profiler's count) over the unprofiled seconds, against a square matmul of the compute dtype timed
 in the same process, give the share of the matmul ceiling the search reaches.
 
-    python bench/decode_profile.py --ckpt best.ckpt [--dtype auto|float32|bfloat16] [--beam 5]
+    python -m bench.decode_profile --ckpt best.ckpt [--dtype auto|float32|bfloat16] [--beam 5]
                                    [--sentences 500]
 """
 
@@ -27,27 +27,21 @@ from __future__ import annotations
 
 import argparse
 import resource
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
+import torch
+from torch.autograd.profiler_util import FunctionEvent
+from torch.profiler import profile, record_function
 
-import torch  # noqa: E402
-from measure import median_times  # noqa: E402
-from torch.autograd.profiler_util import FunctionEvent  # noqa: E402
-from torch.profiler import profile, record_function  # noqa: E402
-from train_step import square_matmul  # noqa: E402
-
-from seq2seq.data import corpus  # noqa: E402
-from seq2seq.hardware import AUTO, INFERENCE_DTYPES, describe  # noqa: E402
-from seq2seq.inference.backends import open_model  # noqa: E402
-from seq2seq.inference.translator import Translator  # noqa: E402
+from bench.measure import ancestors, median_times, square_matmul
+from seq2seq.data import corpus
+from seq2seq.hardware import AUTO, INFERENCE_DTYPES, describe
+from seq2seq.inference.backends import open_model
+from seq2seq.inference.translator import Translator
 
 GROUPS = (
     "encoder",
@@ -86,14 +80,6 @@ COUNTED_MATMULS = {f"aten::{op}" for op in ("mm", "addmm", "bmm", "baddbmm")}  #
 ALLOCATIONS = {f"aten::{op}" for op in ("empty", "empty_strided", "empty_like", "zeros", "full", "new_empty")}
 
 
-def _ancestors(event: FunctionEvent) -> list[str]:
-    names = []
-    while event is not None:
-        names.append(event.name)
-        event = event.cpu_parent
-    return names
-
-
 def _shapes(event: FunctionEvent) -> list[list[int]]:
     return [shape for shape in (event.input_shapes or []) if isinstance(shape, list) and shape]
 
@@ -109,7 +95,7 @@ def _four_d(event: FunctionEvent) -> bool:
 
 def group_of(event: FunctionEvent, vocab: int) -> str:
     """The group an event's self time counts to (see the module docstring for the order)."""
-    names, name, shapes = _ancestors(event), event.name, _shapes(event)
+    names, name, shapes = ancestors(event), event.name, _shapes(event)
     in_step, four_d = STEP in names, _four_d(event)
     if ENCODE in names:
         return "encoder"
@@ -187,7 +173,7 @@ def _faults() -> tuple[int, int]:
 def profile_search(translator: Translator, sources: list[str], beam: int) -> Profile:
     """Warm-up, an unprofiled search (time, page faults, steps and rows), then a profiled one."""
     model = translator.model
-    settings = replace(translator.settings(beam=beam), nbest=1)
+    settings = replace(translator.decode_cfg_with(beam=beam), nbest=1)
     counts = {"steps": 0, "rows": 0}
 
     def count(_: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> None:

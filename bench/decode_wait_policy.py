@@ -12,12 +12,13 @@ best policy of each column.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
+from bench.measure import ROOT, add_target_option, busy_process, ratio_line, target_for, targets
 from seq2seq.threads import DECODERS, USER_SETTINGS, wait_policy
 
 POLICIES = {  # label -> OpenMP variables
@@ -25,19 +26,20 @@ POLICIES = {  # label -> OpenMP variables
     "libgomp's default (spin, then sleep)": {},
     "GOMP_SPINCOUNT=2000": {"GOMP_SPINCOUNT": "2000"},
 }
+TARGETS = {"decode_wait_policy": 0.9}  # the decoders' default at least this share of the best policy's speed
 CHILD = """
 import json, sys, time
-from bench.length_penalty import held_out_test
+from bench.measure import held_out_test
 from seq2seq.inference.backends import open_model
 from pathlib import Path
 ckpt, count = sys.argv[1], int(sys.argv[2])
 sources = held_out_test(Path(ckpt))[0][:count]
 translator = open_model(ckpt, device="cpu", dtype="float32").translator
-list(translator.translate(sources[:50], translator.settings(beam=5)))
+list(translator.translate(sources[:50], translator.decode_cfg_with(beam=5)))
 seconds = {}
 for beam in (5, 1):
     start = time.perf_counter()
-    list(translator.translate(sources, translator.settings(beam=beam)))
+    list(translator.translate(sources, translator.decode_cfg_with(beam=beam)))
     seconds[beam] = time.perf_counter() - start
 print(json.dumps(seconds))
 """
@@ -51,7 +53,7 @@ def timed(ckpt: str, sentences: int, policy: dict[str, str]) -> dict[str, float]
         capture_output=True,
         text=True,
         check=True,
-        cwd=Path(__file__).resolve().parent.parent,
+        cwd=ROOT,
     )
     return json.loads(done.stdout.splitlines()[-1])
 
@@ -64,23 +66,21 @@ def main() -> None:
     parser.add_argument("--sentences", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--busy", action="store_true", help="beside one process spinning on a core")
+    add_target_option(parser, TARGETS)
     args = parser.parse_args()
-    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if args.busy else None
-    try:
-        runs: dict[str, list[dict[str, float]]] = {label: [] for label in POLICIES}
+    runs: dict[str, list[dict[str, float]]] = {label: [] for label in POLICIES}
+    with busy_process() if args.busy else contextlib.nullcontext():
         for _ in range(args.rounds):
             for label, policy in POLICIES.items():
                 runs[label].append(timed(args.ckpt, args.sentences, policy))
                 print(label, runs[label][-1], flush=True)
-    finally:
-        if busy is not None:
-            busy.terminate()
     default = next(label for label, policy in POLICIES.items() if policy == wait_policy(DECODERS[0]))
     for beam, search in (("5", "beam5"), ("1", "greedy")):
         fastest = {label: min(run[beam] for run in times) for label, times in runs.items()}
         print(f"{search}: " + ", ".join(f"{label} {seconds:.2f} s" for label, seconds in fastest.items()))
         ratio = min(fastest.values()) / fastest[default]  # 1: the default is the fastest
-        print(f"RATIO decode_wait_policy_{search}_default_vs_best {ratio:.2f} target 0.9")
+        name = f"decode_wait_policy_{search}_default_vs_best"
+        print(ratio_line(name, ratio, target_for(name, targets(args))))
 
 
 if __name__ == "__main__":

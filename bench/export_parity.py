@@ -9,32 +9,28 @@ as a user calls it, without ``translate.py``'s per-sentence limits and re-rankin
 gives the largest float32 logit difference between PyTorch and the transformers export. The
 export's class is the one ``python -m seq2seq.export`` chooses (Marian, Pegasus or seq2seq's own).
 
-    python bench/export_parity.py --ckpt runs/<date>/checkpoints/best.ckpt [--split test] [--transformers]
+    python -m bench.export_parity --ckpt runs/<date>/checkpoints/best.ckpt [--split test] [--transformers]
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from seq2seq.config import DecodeConfig  # noqa: E402
-from seq2seq.data import corpus  # noqa: E402
-from seq2seq.data.batching import pad_ids  # noqa: E402
-from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
-from seq2seq.decoding import Hypothesis  # noqa: E402
-from seq2seq.decoding.steps import output_limits  # noqa: E402
-from seq2seq.export.to_ctranslate2 import export_checkpoint  # noqa: E402
-from seq2seq.export.to_transformers import export_to_transformers  # noqa: E402
-from seq2seq.inference.backends import open_model  # noqa: E402
-from seq2seq.inference.evaluation import score  # noqa: E402
-from seq2seq.inference.hf_translator import HFTranslator  # noqa: E402
-from seq2seq.inference.translator import DEFAULT_BATCH_TOKENS, TranslatorBase, token_budget_batches  # noqa: E402
+from seq2seq.config import DecodeConfig
+from seq2seq.data import corpus
+from seq2seq.data.batching import pad_ids
+from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from seq2seq.decoding import Hypothesis
+from seq2seq.decoding.steps import output_limits
+from seq2seq.export.to_ctranslate2 import export_checkpoint
+from seq2seq.export.to_transformers import export_to_transformers
+from seq2seq.inference.backends import open_model
+from seq2seq.inference.evaluation import score
+from seq2seq.inference.hf_translator import HFTranslator
+from seq2seq.inference.translator import DEFAULT_BATCH_TOKENS, TranslatorBase, token_budget_batches
 
 SEARCHES = {"greedy": 1, "beam 5": 5}
 LOGIT_ROWS = 128  # test sentences in the logits comparison (one teacher-forced batch)
@@ -42,7 +38,7 @@ LOGIT_ROWS = 128  # test sentences in the logits comparison (one teacher-forced 
 
 def decode(translator: TranslatorBase, sources: list[list[int]], beam: int) -> tuple[list[Hypothesis], float]:
     """The best hypothesis of each encoded source, in order, and the seconds it took."""
-    settings = translator.settings(beam=beam, nbest=1)
+    settings = translator.decode_cfg_with(beam=beam, nbest=1)
     best: list[Hypothesis] = [Hypothesis([], 0.0)] * len(sources)
     start = time.perf_counter()
     for batch in token_budget_batches(sources, translator.batch_tokens):

@@ -2,8 +2,8 @@
 # The GPU checklist in one pass, for a machine lent for minutes, most wanted first: the default
 # `python train.py` (the GPU recipe) with GPU utilisation sampled each second, `translate.py --eval
 # test --beam 5` on its best checkpoint and the run's results record; then the test split decoded
-# in float32 and bfloat16 in one process (bench/decode.py --compare-dtypes), the training loop
-# profiled on the GPU (bench/step_profile.py --device cuda), the training-step benchmark, and the
+# in float32 and bfloat16 in one process (python -m bench.decode_dtypes), the training loop
+# profiled on the GPU (python -m bench.step_profile --device cuda), the training-step benchmarks, and the
 # tests (one pytest-xdist worker per core, as everywhere: tests/conftest.py gives each worker its
 # share of threads). Each step gets what is left of one deadline, so a slow step shortens the ones
 # after it instead of losing them; every log lands in OUT_DIR.
@@ -67,19 +67,21 @@ EOF
 
     step translate 240 "$python" translate.py --ckpt "$run_dir/checkpoints/best.ckpt" --eval test --beam 5 \
         --metrics-out "$out/test_metrics.json"
-    step record 60 "$python" bench/results_page.py --records "$out" record "$run_dir" --name gpu-checklist \
+    step record 60 "$python" -m tools.docs.results_page --records "$out" record "$run_dir" --name gpu-checklist \
         --test-metrics "$out/test_metrics.json" --machine "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
     cp "$run_dir/config.yaml" "$out/config.yaml" 2>/dev/null
     cp "$run_dir/train.log" "$out/train_log.txt" 2>/dev/null
 fi
 
 if [[ $parts == *" decode "* ]] && [[ -f $run_dir/checkpoints/best.ckpt ]]; then
-    step decode 150 "$python" bench/decode.py --device cuda --ckpt "$run_dir/checkpoints/best.ckpt" \
-        --compare-dtypes float32 bfloat16 --reps 3
+    step decode 150 "$python" -m bench.decode_dtypes --device cuda --ckpt "$run_dir/checkpoints/best.ckpt" \
+        --decoders float32 bfloat16 --reps 3
 fi
-[[ $parts == *" profile "* ]] && step profile 120 "$python" bench/step_profile.py --device cuda \
+[[ $parts == *" profile "* ]] && step profile 120 "$python" -m bench.step_profile --device cuda \
     --warmup 40 --loop-steps 20
-[[ $parts == *" train_step "* ]] && step train_step 150 "$python" bench/train_step.py --device cuda \
+[[ $parts == *" train_step "* ]] && step train_step 150 "$python" -m bench.train_step --device cuda \
     --max-tokens 16384 --sizes base
+[[ $parts == *" train_step "* ]] && step train_step_lengths 90 "$python" -m bench.train_step_lengths \
+    --device cuda --max-tokens 16384 --sizes base
 [[ $parts == *" tests "* ]] && step tests 1200 "$python" -m pytest -p no:cacheprovider --continue-on-collection-errors
 echo "== done with $(left)s of the deadline left" | tee -a "$out/steps.txt"

@@ -1,4 +1,4 @@
-"""Lever study (issue #27): train a variant next to today's default on the same budget and compare.
+"""Lever study: train a variant next to today's default on the same budget and compare.
 
 Each run is ``train.py`` as a user starts it, plus the lever's overrides and the budget: a fixed
 number of steps (``--steps 962``: the slow machine class, insensitive to a busy machine; a lever
@@ -13,8 +13,8 @@ seconds may come from hours of different load. With ``--parallel 2`` a step budg
 at a time on half the cores each (more runs per hour on a small machine); every run is evaluated
 alone once all have trained.
 
-    python bench/levers.py --lever half_batch [pre_norm ...] --steps 962 [--seeds 42 43] [--parallel 2]
-    python bench/levers.py --lever lr_3e-3_warmup_50=optim.lr=3e-3,optim.warmup_steps=50 --minutes 30
+    python -m bench.levers --lever half_batch [pre_norm ...] --steps 962 [--seeds 42 43] [--parallel 2]
+    python -m bench.levers --lever lr_3e-3_warmup_50=optim.lr=3e-3,optim.warmup_steps=50 --minutes 30
 """
 
 from __future__ import annotations
@@ -31,15 +31,18 @@ from pathlib import Path
 
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-from length_penalty import decode_split, held_out_test  # noqa: E402
-
-from seq2seq.checkpoint import read_checkpoint  # noqa: E402
-from seq2seq.hardware import describe, threads_each  # noqa: E402
-from seq2seq.inference.backends import open_model  # noqa: E402
+from bench.measure import (
+    ROOT,
+    add_target_option,
+    decode_split,
+    held_out_test,
+    ratio_line,
+    target_for,
+    targets,
+)
+from seq2seq.checkpoint import read_checkpoint
+from seq2seq.hardware import describe, threads_each
+from seq2seq.inference.backends import open_model
 
 
 @dataclass(frozen=True)
@@ -62,7 +65,7 @@ LEVERS = {
     "depth_4_2": Lever(("model.n_encoder_layers=4", "model.n_decoder_layers=2")),
     "depth_5_1": Lever(("model.n_encoder_layers=5", "model.n_decoder_layers=1")),
     "depth_6_1": Lever(("model.n_encoder_layers=6", "model.n_decoder_layers=1")),
-    # a deep post-norm stack did not train at this LR and warm-up (issue #27); pre-norm keeps it stable
+    # a deep post-norm stack did not train at this LR and warm-up; pre-norm keeps it stable
     "depth_6_1_pre_norm_lr_2e-3": Lever(
         ("model.n_encoder_layers=6", "model.n_decoder_layers=1", "model.norm_first=true", "optim.lr=2e-3")
     ),
@@ -71,7 +74,7 @@ LEVERS = {
     "raw_weights": Lever(("optim.ema_decay=0",)),
     "pre_norm": Lever(("model.norm_first=true",)),  # the default of spa_en_cpu since this study
     "post_norm": Lever(("model.norm_first=false",)),  # the default before it
-    # issue #37: wider at the default's FFN ratio (SwiGLU d_ff = 2.67 d_model): 15.5 M and 26.2 M parameters
+    # wider at the default's FFN ratio (SwiGLU d_ff = 2.67 d_model): 15.5 M and 26.2 M parameters
     "width_384": Lever(("model.d_model=384", "model.d_ff=1024")),
     "width_512": Lever(("model.d_model=512", "model.d_ff=1365")),
     "no_label_smoothing": Lever(("optim.label_smoothing=0",)),
@@ -99,6 +102,10 @@ def parse_lever(spec: str) -> tuple[str, Lever]:
 
 
 SEARCHES = {"beam5": 5, "greedy": 1}
+TARGETS = {  # by figure: the RATIO lines are lever_<NAME>_<figure>
+    "test_bleu_gain": 2,  # the lever's test BLEU (beam 5) over the default's, mean over the seeds
+    "beam5_decode_speedup": 1.5,  # the default's beam-5 seconds on the test split over the lever's
+}
 Budget = tuple[int | None, int | None]  # (steps of the default, minutes): one of them is set
 
 
@@ -241,7 +248,9 @@ def main() -> None:
     parser.add_argument(
         "--parallel", type=int, default=1, help="train this many runs at once, each on its share of the cores"
     )
+    add_target_option(parser, TARGETS)
     args = parser.parse_args()
+    goals = targets(args)
     print(describe())
     extra = [f"experiment={args.experiment}"] if args.experiment else []
     budget = (args.steps, args.minutes)
@@ -267,8 +276,8 @@ def main() -> None:
         default = [results["default", seed] for seed in args.seeds]
         gains = [v["test_bleu_beam5"] - d["test_bleu_beam5"] for v, d in zip(variant, default, strict=True)]
         speed = beam5_speedup(out / f"default-seed{args.seeds[0]}", out / f"{lever}-seed{args.seeds[0]}")
-        print(f"RATIO lever_{lever}_test_bleu_gain {statistics.mean(gains):.3f} target 2")
-        print(f"RATIO lever_{lever}_beam5_decode_speedup {speed:.3f} target 1.5")
+        for figure, value in (("test_bleu_gain", statistics.mean(gains)), ("beam5_decode_speedup", speed)):
+            print(ratio_line(f"lever_{lever}_{figure}", value, target_for(figure, goals), digits=3))
 
 
 if __name__ == "__main__":

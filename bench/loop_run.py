@@ -1,23 +1,22 @@
 """One run of the default recipe's real training loop, on any version of the code: what
-``bench/train_step.py --loop`` times and ``bench/step_profile.py`` profiles.
+``bench/train_loop.py`` times, ``bench/train_loss_curve.py`` records and ``bench/step_profile.py``
+profiles.
 
-``train.py``'s own path (the recipe it adds, then ``seq2seq.training.run.train``:
-the Lightning Trainer, the module, the data module, EMA, logging and callbacks as it builds them),
-with one extra callback added to the Trainer that ``run.build_trainer`` returns: it times the steps
-after ``warmup``, can record each step's loss and learning rate, and stops the run after
-``warmup + steps`` steps. Stopping that way leaves the LR schedule and the dropout decision as in
-a 30-minute run (a ``trainer.max_steps`` would make the schedule decay within the steps). Only the
-timed window counts: validation is off (``trainer.limit_val_batches=0``; early stopping, which
-would wait for ``val/bleu``, goes with it), since it is not part of a training step.
+``train.py``'s own path (the recipe it adds, then ``seq2seq.training.run.train``: the Lightning
+Trainer, the module, the data module, EMA, logging and callbacks as it builds them), with one extra
+callback added to the Trainer that ``run.build_trainer`` returns: it times the steps after
+``warmup``, can record each step's loss and learning rate, and stops the run after ``warmup + steps``
+steps. Stopping that way leaves the LR schedule and the dropout decision as in a 30-minute run (a
+``trainer.max_steps`` would make the schedule decay within the steps). Only the timed window
+counts: validation is off (``trainer.limit_val_batches=0``; early stopping, which would wait for
+``val/bleu``, goes with it), since it is not part of a training step.
 
-It imports only what every version it is asked to run has (``seq2seq.training.run``), from the
-tree given by ``--tree``, so one process can run today's code and another the code at an earlier
-commit (:func:`code_at` extracts it). The recipe comes from this tree's ``choose_recipe`` in the
-process that starts the run (:func:`with_recipe`), as an ``experiment=`` override every version
-composes. As a script it writes the result as JSON; :func:`loop_in_subprocess` starts it, and
-``bench/step_profile.py`` calls :func:`run_loop` in-process with its own callbacks.
-
-    python bench/loop_run.py --tree DIR --steps 30 --warmup 5 --out result.json [--record] [overrides]
+:func:`loop_in_subprocess` runs this file in a fresh process whose ``PYTHONPATH`` starts with the
+tree to run, so that it imports that tree's code; the child imports only what every version has
+(``seq2seq.training.run``). The recipe comes from this tree's ``choose_recipe`` in the process that
+starts the run (:func:`with_recipe`), as an ``experiment=`` override every version composes.
+:func:`code_at` extracts the code at a commit; ``bench/step_profile.py`` calls :func:`run_loop`
+in-process with its own callbacks.
 """
 
 from __future__ import annotations
@@ -81,7 +80,7 @@ def meter(steps: int, warmup: int, record: bool) -> Any:
 
 def with_recipe(overrides: list[str]) -> list[str]:
     """``overrides`` with the experiment ``python train.py`` adds on this machine, chosen by this
-    tree's code (the one on ``sys.path`` of the process that starts the runs)."""
+    tree's code (the one the process that starts the runs imports)."""
     import torch
 
     from seq2seq.training.recipe import choose_recipe
@@ -106,17 +105,19 @@ def compose_default(overrides: list[str]) -> Any:
 def run_loop(
     tree: Path, overrides: list[str], extra_callbacks: list[Any], output_dir: Path
 ) -> dict[str, Any]:
-    """Train the code in ``tree`` (already first on ``sys.path``) with ``overrides`` (the recipe
+    """Train the code in ``tree`` (the one this process imports) with ``overrides`` (the recipe
     among them: :func:`with_recipe`) and ``extra_callbacks`` added to its Trainer; returns the
-    precision line and the final metrics."""
+    precision the Trainer ran in."""
     from seq2seq.training import run
 
     cfg = compose(tree, [*LOOP_OVERRIDES, *overrides, f"output_dir={output_dir}"])
     build_trainer: Callable[..., Any] = run.build_trainer
+    built: list[Any] = []
 
     def with_extra_callbacks(*args: Any, **kwargs: Any) -> Any:
         trainer = build_trainer(*args, **kwargs)
         trainer.callbacks.extend(extra_callbacks)
+        built.append(trainer)
         return trainer
 
     run.build_trainer = with_extra_callbacks
@@ -124,7 +125,7 @@ def run_loop(
         run.train(cfg)
     finally:
         run.build_trainer = build_trainer
-    return {"precision": str(cfg.trainer.precision)}
+    return {"precision": str(built[0].precision)}  # what auto resolved to, in any version of the code
 
 
 @contextlib.contextmanager
@@ -148,6 +149,11 @@ def without_other_code(pythonpath: str) -> str:
     return os.pathsep.join(entry for entry in entries if not (Path(entry) / "seq2seq").is_dir())
 
 
+def pythonpath_of(tree: Path) -> str:
+    """A child's ``PYTHONPATH``: ``tree`` first, then this process's entries that hold no other code."""
+    return os.pathsep.join(filter(None, [str(tree), without_other_code(os.environ.get("PYTHONPATH", ""))]))
+
+
 def loop_in_subprocess(
     tree: Path, steps: int, warmup: int, overrides: list[str], record: bool = False
 ) -> dict[str, Any]:
@@ -158,7 +164,7 @@ def loop_in_subprocess(
         command = [sys.executable, __file__, "--tree", str(tree), "--steps", str(steps)]
         command += ["--warmup", str(warmup), "--out", str(out), *(["--record"] if record else [])]
         command += with_recipe(overrides)
-        env = dict(os.environ, PYTHONPATH=without_other_code(os.environ.get("PYTHONPATH", "")))
+        env = dict(os.environ, PYTHONPATH=pythonpath_of(tree))
         done = subprocess.run(command, capture_output=True, text=True, env=env)
         if done.returncode or not out.is_file():
             raise SystemExit(f"error: the loop run on {tree} failed:\n{done.stderr[-3000:]}")
@@ -179,7 +185,6 @@ def main() -> None:
     )
     args = parser.parse_args()
     tree = args.tree.resolve()
-    sys.path.insert(0, str(tree))
     os.chdir(tree)  # the corpus path in configs/ is relative to the repository root
     import seq2seq.threads  # noqa: F401  (OpenMP's wait policy as train.py sets it: before torch loads)
 

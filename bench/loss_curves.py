@@ -1,12 +1,12 @@
 """Does the default recipe train to the same loss per step? Compares loss curves that
-``bench/train_step.py --loop --record`` wrote: two versions of the code, two seeds each.
+``bench/train_loss_curve.py`` wrote: two versions of the code, two seeds each.
 
 Per window of steps, the mean training loss of every run; the gap between the two versions' means
 against the seed spread (the larger difference between one version's two seeds). The code trains
 "the same" where the gap stays within the spread. The seeds change the initial weights, the
 dropout masks and the batch order, so the spread is the noise any change must stay inside.
 
-    python bench/loss_curves.py OLD_SEED1.json OLD_SEED2.json NEW_SEED1.json NEW_SEED2.json [--window 100]
+    python -m bench.loss_curves OLD_SEED1.json OLD_SEED2.json NEW_SEED1.json NEW_SEED2.json [--window 100]
 
 Ends with ``RATIO seed_spread_per_loss_gap <value> target 1`` for the last window: at least 1 means
 the versions differ by no more than the seeds do. Before it, the largest difference between the
@@ -20,6 +20,10 @@ import argparse
 import json
 import statistics
 from pathlib import Path
+
+from bench.measure import add_target_option, ratio_line, target_for, targets
+
+TARGETS = {"seed_spread_per_loss_gap": 1}  # the versions differ by no more than the seeds do
 
 
 def window_means(losses: list[float], window: int) -> list[float]:
@@ -40,6 +44,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("records", type=Path, nargs=4, help="two runs of one commit, then two of another")
     parser.add_argument("--window", type=int, default=100, help="steps per window (default 100)")
+    add_target_option(parser, TARGETS)
     args = parser.parse_args()
     versions = load(args.records)
     if len(versions) != 2 or any(len(runs) != 2 for runs in versions.values()):
@@ -73,7 +78,8 @@ def main() -> None:
         "largest per-step loss difference at the same seed: "
         + ", ".join(f"s{i + 1} {d:.2g}" for i, d in enumerate(same_seed))
     )
-    print(f"RATIO seed_spread_per_loss_gap {ratio:.2f} target 1")
+    name = "seed_spread_per_loss_gap"
+    print(ratio_line(name, ratio, target_for(name, targets(args))))
 
 
 if __name__ == "__main__":

@@ -8,8 +8,8 @@ also that checkout's ``train.py`` (the code before a change) under the system al
 alternate the settings. Prints ``RATIO`` lines against ``system`` and writes a record with
 ``--record NAME``.
 
-    python bench/memory.py --minutes 3
-    python bench/memory.py --minutes 3 --precision bf16-mixed --record memory-zen3-bf16
+    python -m bench.memory --minutes 3
+    python -m bench.memory --minutes 3 --precision bf16-mixed --record memory-zen3-bf16
 """
 
 from __future__ import annotations
@@ -26,9 +26,24 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from bench.measure import (
+    RECORDS,
+    ROOT,
+    add_target_option,
+    machine,
+    ratio_line,
+    target_for,
+    targets,
+    write_record,
+)
+from seq2seq.hardware import describe
+
 GIB = 2**30
-PEAK_TARGET_GIB = 2.0  # the default run's peak, process and workers
+TARGETS = {
+    "memory_peak_rss": 1.0,  # a setting's peak at most the system allocator's
+    "memory_steps": 1.0,  # ... and as many steps
+    "memory_peak_tree_rss_gib": 2.0,  # the default run's peak, process and workers, at most (GiB)
+}
 STEP_LINE = re.compile(r"step (\d+) .*\| (\d+) tokens/s")
 
 
@@ -102,12 +117,8 @@ def train(setting: str, code: Path, minutes: int, precision: str, run_dir: Path)
     }
 
 
-def write_record(name: str, best: dict[str, dict[str, float]], command: str) -> None:
-    """``docs/records/NAME.json``: a table of each setting's medians over the rounds."""
-    from run_record import cpu_class
-
-    from seq2seq.hardware import describe, detect
-
+def allocator_record(name: str, best: dict[str, dict[str, float]], command: str) -> dict:
+    """The record ``docs/records/NAME.json``: a table of each setting's medians over the rounds."""
     header = ["allocator", "peak RSS: process / with workers (PSS)", "growth", "steps", "tokens/s"]
     rows = [
         [
@@ -119,18 +130,16 @@ def write_record(name: str, best: dict[str, dict[str, float]], command: str) -> 
         ]
         for name, f in best.items()
     ]
-    record = {
+    return {
         "kind": "table",
         "name": name,
         "commit": None,
         "provenance": command,
-        "machine": {"cpu": detect().cpu, "class": cpu_class(describe())},
+        "machine": machine(),
         "notes": f"{command}; {describe()}",
         "header": header,
         "rows": rows,
     }
-    text = json.dumps(record, indent=1, ensure_ascii=False) + "\n"
-    (ROOT / "docs" / "records" / f"{name}.json").write_text(text)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -140,9 +149,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=1, help="alternations of the settings")
     parser.add_argument("--baseline", type=Path, help="a checkout of the code before, run as 'baseline'")
     parser.add_argument("--record", help="write docs/records/NAME.json")
+    add_target_option(parser, TARGETS)
     args = parser.parse_args(argv)
-    from seq2seq.hardware import describe  # after --help, which needs no torch
-
+    goals = targets(args)
     print(describe(), flush=True)
     settings = {"jemalloc": ROOT, "system": ROOT} | ({"baseline": args.baseline} if args.baseline else {})
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in settings}
@@ -154,15 +163,18 @@ def main(argv: list[str] | None = None) -> int:
                 print(name, json.dumps({key: round(value, 3) for key, value in result.items()}), flush=True)
     best = {name: {key: statistics.median(r[key] for r in rs) for key in rs[0]} for name, rs in runs.items()}
     for name in settings.keys() - {"system"}:
-        ratio = best[name]["peak_rss_gib"] / best["system"]["peak_rss_gib"]
-        print(f"RATIO memory_peak_rss_{name}_vs_system {ratio:.3f} target 1.0")
-        steps = best[name]["steps"] / max(1, best["system"]["steps"])
-        print(f"RATIO memory_steps_{name}_vs_system {steps:.3f} target 1.0")
+        ratios = {
+            f"memory_peak_rss_{name}_vs_system": best[name]["peak_rss_gib"] / best["system"]["peak_rss_gib"],
+            f"memory_steps_{name}_vs_system": best[name]["steps"] / max(1, best["system"]["steps"]),
+        }
+        for ratio, value in ratios.items():
+            print(ratio_line(ratio, value, target_for(ratio, goals), digits=3))
     for name, figures in best.items():
-        peak = figures["peak_tree_rss_gib"]
-        print(f"RATIO memory_peak_tree_rss_gib_{name} {peak:.3f} target {PEAK_TARGET_GIB}")
+        ratio = f"memory_peak_tree_rss_gib_{name}"
+        print(ratio_line(ratio, figures["peak_tree_rss_gib"], target_for(ratio, goals), digits=3))
     if args.record:
-        write_record(args.record, best, f"python bench/memory.py {' '.join(argv or sys.argv[1:])}")
+        command = f"python -m bench.memory {' '.join(argv or sys.argv[1:])}"
+        write_record(RECORDS / f"{args.record}.json", allocator_record(args.record, best, command))
     return 0
 
 

@@ -9,7 +9,7 @@ exception), lost ones (sent, never answered), wrong ones (not the reference tran
 server's resident memory after the warm-up and after the run. Without ``--ckpt`` a ``small`` model
 with random weights is used, its output cut at source length + 1 (about a trained model's lengths).
 
-    python bench/serve.py [--ckpt best.ckpt] [--seconds 60] [--clients 32]   # ~2.5 min
+    python -m bench.serve [--ckpt best.ckpt] [--seconds 60] [--clients 32]   # ~2.5 min
 """
 
 from __future__ import annotations
@@ -28,24 +28,22 @@ from pathlib import Path
 import httpx
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from bench.measure import (
+    CORPUS,
+    ROOT,
+    add_target_option,
+    ratio_line,
+    sample_corpus_pairs,
+    target_for,
+    targets,
+)
+from seq2seq.checkpoint import seq2seq_entry
+from seq2seq.config import DataConfig, DecodeConfig, ModelConfig
+from seq2seq.data.tokenizer import TranslationTokenizer
+from seq2seq.inference.backends import open_model
+from seq2seq.model import Transformer
 
-from seq2seq.checkpoint import entry  # noqa: E402
-from seq2seq.config import DataConfig, DecodeConfig, ModelConfig  # noqa: E402
-from seq2seq.data.tokenizer import TranslationTokenizer  # noqa: E402
-from seq2seq.inference.backends import open_model  # noqa: E402
-from seq2seq.model import Transformer  # noqa: E402
-
-CORPUS = ROOT / "data" / "spa-eng" / "spa.txt.gz"
-TARGET = 4.0
-
-
-def read_sentences(count: int) -> list[str]:
-    """``count`` English sentences spread evenly over the corpus, which is sorted by length."""
-    with gzip.open(CORPUS, "rt", encoding="utf-8") as handle:
-        sources = [line.split("\t", 1)[0] for line in handle]
-    return [sources[int(i * len(sources) / count)] for i in range(count)]
+TARGETS = {"serve_throughput_vs_sequential": 4}  # the server at least this many times one-at-a-time calls
 
 
 def random_checkpoint(directory: Path) -> Path:
@@ -59,7 +57,7 @@ def random_checkpoint(directory: Path) -> Path:
     torch.manual_seed(0)
     model = Transformer(cfg, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size)
     decode = DecodeConfig(max_len_a=1.0, max_len_b=1)
-    meta = entry(cfg, decode, DataConfig(), tokenizer)
+    meta = seq2seq_entry(cfg, decode, DataConfig(), tokenizer, "model.")
     state = {f"model.{name}": tensor for name, tensor in model.state_dict().items()}
     path = directory / "random-small.ckpt"
     torch.save({"state_dict": state, "seq2seq": meta}, path)
@@ -141,10 +139,11 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=60.0, help="length of the measured load (60)")
     parser.add_argument("--clients", type=int, default=32, help="concurrent clients (32)")
     parser.add_argument("--sentences", type=int, default=500, help="distinct corpus sentences (500)")
+    add_target_option(parser, TARGETS)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         ckpt = args.ckpt or random_checkpoint(Path(tmp))
-        sentences = read_sentences(args.sentences)
+        sentences = sample_corpus_pairs(args.sentences)[0]
         per_second, reference = sequential(ckpt, sentences)
         print(
             f"one Translator call per sentence: {per_second:.1f} sentences/s over {len(sentences)} sentences",
@@ -180,7 +179,8 @@ def report(
         f"server memory (RSS): {before:.1f} MiB after warm-up, "
         f"{after:.1f} MiB after the run ({after - before:+.1f} MiB)"
     )
-    print(f"RATIO serve_throughput_vs_sequential {throughput / per_second:.2f} target {TARGET:g}")
+    name = "serve_throughput_vs_sequential"
+    print(ratio_line(name, throughput / per_second, target_for(name, targets(args))))
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 (a) the bare step: the default recipe's model (composed as ``train.py`` composes it, dropout off as
     its 30-minute budget sets it) on batches of the real training loader: forward, loss, backward,
-    gradient clipping and AdamW, as ``bench/train_step.py`` times it;
+    gradient clipping and AdamW, as ``bench/step.py`` takes it;
 (b) the step inside the real loop (``bench/loop_run.py``: ``train.py``'s Trainer, module, data
     module, EMA, logging and callbacks), ``--loop-steps`` steps timed without the profiler, then as
     many profiled.
@@ -21,13 +21,16 @@ activity: the wall time per step against the time the GPU spent in kernels (how 
 keeps it), the calls that make the host wait for the device, per step, and the kernels that take
 the GPU's time.
 
-    python bench/step_profile.py [--dtype fp32|bf16|auto] [--steps 3] [--loop-steps 10] [--part bare loop]
+    python -m bench.step_profile [--dtype fp32|bf16|auto] [--steps 3] [--loop-steps 10] [--part bare loop]
                                  [--set KEY=VALUE ...]
-    python bench/step_profile.py --device cuda [--loop-steps 20] [--warmup 30] [--set KEY=VALUE ...]
+    python -m bench.step_profile --device cuda [--loop-steps 20] [--warmup 30] [--set KEY=VALUE ...]
 """
 
 from __future__ import annotations
 
+import seq2seq.threads  # noqa: F401  (OpenMP's wait policy as in training: before torch loads)
+
+# isort: split
 import argparse
 import sys
 import tempfile
@@ -37,24 +40,19 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import pytorch_lightning as pl
+import torch
+from torch.autograd import DeviceType
+from torch.autograd.profiler_util import FunctionEvent
+from torch.profiler import ProfilerActivity, profile
 
-import seq2seq.threads  # noqa: E402, F401  (OpenMP's wait policy as in training: before torch loads)
-
-# isort: split
-import pytorch_lightning as pl  # noqa: E402
-import torch  # noqa: E402
-from torch.autograd import DeviceType  # noqa: E402
-from torch.autograd.profiler_util import FunctionEvent  # noqa: E402
-from torch.profiler import ProfilerActivity, profile  # noqa: E402
-
-from bench.loop_run import compose_default, run_loop, with_recipe  # noqa: E402
-from bench.train_step import ours_loss, train_step_fn  # noqa: E402
-from seq2seq.config import DataConfig, ModelConfig, validated  # noqa: E402
-from seq2seq.data.datamodule import TranslationDataModule  # noqa: E402
-from seq2seq.hardware import describe, precision_dtype, resolve_precision  # noqa: E402
-from seq2seq.model import Transformer  # noqa: E402
+from bench.loop_run import compose_default, run_loop, with_recipe
+from bench.measure import ROOT, ancestors
+from bench.step import ours_loss, train_step_fn
+from seq2seq.config import DataConfig, ModelConfig, validated
+from seq2seq.data.datamodule import TranslationDataModule
+from seq2seq.hardware import describe, precision_dtype, resolve_precision
+from seq2seq.model import Transformer
 
 GROUPS = (
     "matmul",
@@ -78,7 +76,7 @@ CASTS = {"aten::copy_", "aten::_to_copy", "aten::to", "aten::clone", "aten::_cop
 MATMULS = {f"aten::{op}" for op in ("mm", "addmm", "addmm_", "bmm", "baddbmm", "matmul", "linear")}
 ATTENTION = ("scaled_dot_product", "ScaledDotProduct")
 NORMS = ("layer_norm", "LayerNorm")
-LOSS = ("SmoothedCrossEntropy",)  # the loss's autograd Function, forward and backward, old and new
+LOSS = ("SmoothedCrossEntropy",)  # in the name of every version's loss Function, forward and backward
 PRECISIONS = {"fp32": "32-true", "bf16": "bf16-mixed", "auto": "auto"}
 # Calls after which the host waits for the GPU: reading a device value, and explicit waits.
 HOST_WAITS = (
@@ -90,17 +88,9 @@ HOST_WAITS = (
 )
 
 
-def _ancestors(event: FunctionEvent) -> list[str]:
-    names = []
-    while event is not None:
-        names.append(event.name)
-        event = event.cpu_parent
-    return names
-
-
 def group_of(event: FunctionEvent) -> str:
     """The group an event's self time counts to (see the module docstring for the order)."""
-    names, name = _ancestors(event), event.name
+    names, name = ancestors(event), event.name
 
     def inside(parts: tuple[str, ...]) -> bool:
         return any(part in ancestor for ancestor in names for part in parts)

@@ -1,12 +1,12 @@
 """Streamed (``data.streaming=true``) against in-memory data at growing corpus sizes: peak memory of
 a training process with its loader worker, cold build, warm start and loader tokens/s.
 
-Every run is a fresh subprocess (bench/data.py's pipeline child, here with the loader read for a
-number of batches), on synthetic corpora of bench/synthetic_corpus.py. Warm runs of the two paths
+Every run is a fresh subprocess (like bench/data.py's pipeline child, here with the loader read for
+a number of batches), on synthetic corpora of bench/synthetic_corpus.py. Warm runs of the two paths
 alternate, and ratios compare runs of the same invocation. Ends with ``RATIO`` lines and, with
 ``--record``, a table record for docs/records/.
 
-    python bench/streaming.py --pairs 1000000 5000000 --record docs/records/streaming-NAME.json
+    python -m bench.streaming --pairs 1000000 5000000 --record docs/records/streaming-NAME.json
 """
 
 from __future__ import annotations
@@ -21,15 +21,27 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-from synthetic_corpus import write_corpus
-
-from data import AnonymousPeak
+from bench.measure import (
+    ROOT,
+    AnonymousPeak,
+    add_target_option,
+    ratio_line,
+    table_record,
+    target_for,
+    targets,
+    write_record,
+)
+from bench.synthetic_corpus import write_corpus
 from seq2seq.config import DataConfig
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.hardware import describe
 
 BATCHES = 400  # training batches read per warm run
+TARGETS = {
+    "streamed_loader_tokens_per_s_ratio": 0.9,  # the streamed loader at least this share of in-memory's
+    "memory_rank_peak_rss_growth": 1.10,  # peak memory at the largest corpus over the smallest's, at most
+    "streamed_rank_peak_rss_growth": 1.10,
+}
 MODES = {"memory": False, "streamed": True}
 
 
@@ -67,8 +79,9 @@ def _child(path: str, cache_dir: str, streaming: str, batches: str, started: str
 
 
 def run(path: Path, cache_dir: Path, streaming: bool, batches: int) -> dict:
-    command = [sys.executable, __file__, "--child", str(path), str(cache_dir), str(streaming), str(batches)]
-    done = subprocess.run([*command, repr(time.time())], capture_output=True, text=True, check=False)
+    command = [sys.executable, "-m", "bench.streaming", "--child", str(path), str(cache_dir), str(streaming)]
+    command += [str(batches), repr(time.time())]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
     if done.returncode:
         raise RuntimeError(f"run failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -97,7 +110,7 @@ def _median(runs: list[dict], key: str) -> float:
     return statistics.median(run[key] for run in runs)
 
 
-def rows(sizes: dict[int, dict[str, dict]]) -> tuple[list[list[str]], list[tuple[str, float, float]]]:
+def rows(sizes: dict[int, dict[str, dict]]) -> tuple[list[list[str]], list[tuple[str, float]]]:
     """The record's rows and the RATIO lines."""
     table, ratios = [], []
     for pairs, results in sizes.items():
@@ -116,21 +129,16 @@ def rows(sizes: dict[int, dict[str, dict]]) -> tuple[list[list[str]], list[tuple
         ratio = _median(results["streamed"]["warm"], "tokens_per_s") / _median(
             results["memory"]["warm"], "tokens_per_s"
         )
-        ratios.append((f"streamed_loader_tokens_per_s_ratio_{pairs}", ratio, 0.9))
+        ratios.append((f"streamed_loader_tokens_per_s_ratio_{pairs}", ratio))
     smallest, largest = min(sizes), max(sizes)
     for mode in MODES if largest > smallest else ():
         grow = _median(sizes[largest][mode]["warm"], "rank_peak_rss_gib") / _median(
             sizes[smallest][mode]["warm"], "rank_peak_rss_gib"
         )
-        ratios.append((f"{mode}_rank_peak_rss_growth_{largest}_over_{smallest}", grow, 1.10))
+        ratios.append((f"{mode}_rank_peak_rss_growth_{largest}_over_{smallest}", grow))
     return table, ratios
 
 
-PADDING_HEADER = [
-    "epoch 0, data.max_tokens=4096",
-    "padding, full sort (in memory)",
-    "padding, streamed windows",
-]
 HEADER = [
     "pairs, path",
     "cold build (setup)",
@@ -141,30 +149,6 @@ HEADER = [
 ]
 
 
-def padding(batches: list[list[int]], lengths: np.ndarray) -> float:
-    """Share of the batches' padded slots (batch size x its longest pair) that hold no token."""
-    real = sum(int(lengths[batch].sum()) for batch in batches)
-    return 1.0 - real / sum(len(batch) * int(lengths[batch].max()) for batch in batches)
-
-
-def padding_rows(scratch: Path) -> tuple[list[list[str]], list[tuple[str, float, float]]]:
-    """Padding of an epoch of the bundled corpus, streamed (windows) against the full sort in memory."""
-    memory = TranslationDataModule(DataConfig(cache_dir=str(scratch)))
-    memory.setup("fit")
-    full = padding(list(memory.train_dataloader().batch_sampler), memory.lengths["train"])
-    streamed = TranslationDataModule(DataConfig(cache_dir=str(scratch), streaming=True))
-    streamed.setup("fit")
-    store = streamed.streamed.store
-    lengths = np.concatenate([store.block_lengths(block) for block in range(store.blocks)])
-    windowed = padding(list(streamed.train_dataloader().batch_sampler), lengths)
-    row = [
-        f"bundled corpus, {store.rows} pairs, {store.blocks} blocks",
-        f"{100 * full:.2f} %",
-        f"{100 * windowed:.2f} %",
-    ]
-    return [row], [("streamed_padding_points_over_full_sort", 100 * (windowed - full), 1.5)]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, nargs="+", default=[1_000_000, 5_000_000])
@@ -172,50 +156,33 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=BATCHES, help="training batches read per warm run")
     parser.add_argument("--record", type=Path, help="write the table record here")
     parser.add_argument("--corpora", type=Path, help="keep the synthetic corpora here (default: deleted)")
-    parser.add_argument("--padding", action="store_true", help="only the padding of the bundled corpus")
     parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
+    add_target_option(parser, TARGETS)
     args = parser.parse_args()
     if args.child:
         _child(*args.child)
         return
     machine = describe()
     print(machine)
-    if args.padding:
-        with tempfile.TemporaryDirectory() as scratch:
-            table, ratios = padding_rows(Path(scratch))
-        print(table)
-        write_record(args, machine, PADDING_HEADER, table, ratios)
-        return
     sizes: dict[int, dict[str, dict]] = {}
     with tempfile.TemporaryDirectory() as scratch:
-        for (
-            pairs
-        ) in args.pairs:  # the record is rewritten after each size: a long run leaves what it measured
+        for pairs in args.pairs:  # the record is rewritten after each size: a long run keeps its part
             corpora = args.corpora or Path(scratch)
             sizes[pairs] = measure(pairs, Path(scratch), corpora, args.repeats, args.batches)
-            write_record(args, machine, HEADER, *rows(sizes))
+            report(args, machine, *rows(sizes))
 
 
-def write_record(
-    args: argparse.Namespace, machine: str, header: list[str], table: list[list[str]], ratios: list
-) -> None:
-    for name, value, target in ratios:
-        print(f"RATIO {name} {value:.3f} target {target}")
-    if not args.record:
-        return
-    record = {
-        "kind": "table",
-        "name": args.record.stem,
-        "machine": machine,
-        "notes": "python bench/streaming.py --padding"
-        if args.padding
-        else f"python bench/streaming.py --pairs {' '.join(map(str, args.pairs))} --repeats {args.repeats} "
-        f"--batches {args.batches}: medians of the alternated warm runs, one loader worker",
-        "header": header,
-        "rows": table,
-        "ratios": {name: round(value, 3) for name, value, _ in ratios},
-    }
-    args.record.write_text(json.dumps(record, indent=1) + "\n")
+def report(args: argparse.Namespace, machine: str, table: list[list[str]], ratios: list) -> None:
+    """The RATIO lines, and with ``--record`` the table record."""
+    goals = targets(args)
+    for name, value in ratios:
+        print(ratio_line(name, value, target_for(name, goals), digits=3))
+    if args.record:
+        notes = (
+            f"python -m bench.streaming --pairs {' '.join(map(str, args.pairs))} --repeats {args.repeats} "
+            f"--batches {args.batches}: medians of the alternated warm runs, one loader worker"
+        )
+        write_record(args.record, table_record(args.record.stem, machine, notes, HEADER, table, dict(ratios)))
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ joined as clauses ("A, and b." / "A y b."), and the names Tom and Mary (in a six
 bundled pairs, written the same in both languages) replaced by made-up names whose number grows
 with the corpus, as a real corpus's vocabulary does. Same seed, same corpus, byte for byte.
 
-    python bench/synthetic_corpus.py --pairs 5000000 OUT.tsv
+    python -m bench.synthetic_corpus --pairs 5000000 OUT.tsv
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-CORPUS = ROOT / "data" / "spa-eng" / "spa.txt.gz"
+from bench.measure import CORPUS
+
 _SYLLABLES = [consonant + vowel for consonant in "bdklmnrst" for vowel in "aeiou"]
 _CLAUSES = (1, 2, 3)
 _CLAUSE_SHARES = (0.1, 0.65, 0.25)

@@ -10,16 +10,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from seq2seq.checkpoint import (
-    KEY,
-    MODEL_PREFIX,
-    CheckpointError,
-    read_checkpoint,
-    save_atomically,
-    weights,
-)
+from seq2seq.checkpoint import KEY, CheckpointError, read_checkpoint, save_atomically, weights
 from seq2seq.command_line import OneLineParser, UsageError, run_command
 from seq2seq.config import ModelConfig
+from seq2seq.training.module import MODEL_PREFIX
 
 PROG = "python -m seq2seq.average"
 
@@ -42,7 +36,7 @@ def _refusal(
         return f"{path} and {first} do not share a model config ({', '.join(differ)})"
     if meta.get("tokenizer") != first_meta.get("tokenizer"):
         return f"{path} and {first} do not share a tokenizer"
-    if not raw and meta.get("weights_prefix", MODEL_PREFIX) != first_meta.get("weights_prefix", MODEL_PREFIX):
+    if not raw and meta["weights_prefix"] != first_meta["weights_prefix"]:
         return f"{path} and {first} ship different weights (one its moving average): pass --raw"
     return None
 

@@ -1,13 +1,12 @@
-"""The checkpoint format: what a checkpoint carries so inference needs nothing but the file,
-how it is written, and how it is read back; and :class:`ModelFacts`, what a model file says of
-its model, a checkpoint's or an export folder's (:mod:`seq2seq.export_folder`) alike, which a
-checkpoint's :class:`LoadedModel` extends with the model itself.
+"""The checkpoint format: what a checkpoint carries so that inference needs nothing but the file,
+and how it is written and read back.
 
-Lightning checkpoints get one extra entry, ``checkpoint["seq2seq"]``, holding the model
-config, the vocabulary sizes, the decoding settings used for validation, the data config, the
-tokenizer as JSON, the best validation BLEU and which weights inference loads. Everything is
-plain data and tensors, so it loads with ``torch.load(weights_only=True)``: a checkpoint cannot
-run code on load. Files are written to a temporary name, flushed and renamed into place.
+Lightning checkpoints get one extra entry, ``checkpoint["seq2seq"]``: the model config, the
+vocabulary sizes, the decoding settings used for validation, the data config, the tokenizer as
+JSON, the best validation BLEU and the prefix of the weights inference loads. All of it is plain
+data and tensors, so it loads with ``torch.load(weights_only=True)`` and cannot run code. Files are
+written to a temporary name, flushed and renamed into place. :class:`ModelFacts` is what a model
+file says of its model, a checkpoint or an export folder alike.
 """
 
 from __future__ import annotations
@@ -27,27 +26,23 @@ from seq2seq.model import Transformer
 
 KEY = "seq2seq"
 PYTORCH = "pytorch"  # the engine that runs a checkpoint: the PyTorch Transformer itself
-# The LightningModule keeps the trained Transformer at `self.model` and the moving average of its
-# weights at `self.ema_model`, so these prefix their weights in the state dict.
-MODEL_PREFIX = "model."
-EMA_PREFIX = "ema_model."
 
 
 class CheckpointError(RuntimeError):
     """The file is missing, unreadable, unwritable, or not a seq2seq checkpoint."""
 
 
-def entry(
+def seq2seq_entry(
     model_cfg: ModelConfig,
     decode_cfg: DecodeConfig,
     data_cfg: DataConfig,
     tokenizer: TranslationTokenizer,
+    weights_prefix: str,
     best_bleu: float = 0.0,
-    ema: bool = False,
 ) -> dict[str, Any]:
     """The ``checkpoint["seq2seq"]`` entry; the data config lets evaluation rebuild the splits.
 
-    ``ema``: inference loads the moving average of the weights (what validation scored).
+    ``weights_prefix``: the state-dict prefix of the weights inference loads, as the writer names them.
     """
     return {
         "model_config": asdict(model_cfg),
@@ -57,7 +52,7 @@ def entry(
         "src_vocab_size": tokenizer.src_vocab_size,
         "tgt_vocab_size": tokenizer.tgt_vocab_size,
         "best_bleu": best_bleu,
-        "weights_prefix": EMA_PREFIX if ema else MODEL_PREFIX,
+        "weights_prefix": weights_prefix,
     }
 
 
@@ -124,7 +119,7 @@ class LoadedModel(ModelFacts):
     model: Transformer
 
     @classmethod
-    def around(
+    def from_model(
         cls,
         model: Transformer,
         name: str,
@@ -189,9 +184,9 @@ def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
 
 
 def weights(checkpoint: dict[str, Any], prefix: str | None = None) -> dict[str, torch.Tensor]:
-    """The weights under ``prefix`` (``MODEL_PREFIX`` or ``EMA_PREFIX``), named as the Transformer
-    names them; by default those inference loads, the validated ones: the EMA when trained with it."""
-    prefix = prefix or checkpoint[KEY].get("weights_prefix", MODEL_PREFIX)
+    """The weights under ``prefix``, named as the Transformer names them; by default those the entry's
+    ``weights_prefix`` names, which inference loads (the validated ones: the EMA when trained with it)."""
+    prefix = prefix or checkpoint[KEY]["weights_prefix"]
     return {
         name[len(prefix) :]: tensor
         for name, tensor in checkpoint["state_dict"].items()
@@ -210,6 +205,7 @@ def load_model(path: str | Path, map_location: str | torch.device = "cpu") -> Lo
         data_cfg = DataConfig(**meta["data_config"])
         tokenizer = TranslationTokenizer.from_dict(meta["tokenizer"])
         vocab_sizes = meta["src_vocab_size"], meta["tgt_vocab_size"]
+        shipped = weights(checkpoint, meta["weights_prefix"])
     except Exception as err:  # another version's or a hand-edited entry; tokenizers raises bare Exception
         raise CheckpointError(f"{path}: unusable seq2seq entry ({type(err).__name__}: {err})") from err
     if (tokenizer.src_vocab_size, tokenizer.tgt_vocab_size) != vocab_sizes:
@@ -219,10 +215,10 @@ def load_model(path: str | Path, map_location: str | torch.device = "cpu") -> Lo
         )
     model = Transformer(model_cfg, *vocab_sizes)
     try:
-        model.load_state_dict(weights(checkpoint))
+        model.load_state_dict(shipped)
     except RuntimeError as err:
         raise CheckpointError(f"{path}: weights do not match its model config: {_first_line(err)}") from err
-    return LoadedModel.around(
+    return LoadedModel.from_model(
         model.to(map_location).eval(),
         path.name,
         tokenizer,

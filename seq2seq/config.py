@@ -353,6 +353,18 @@ ConfigStore.instance().store(name=RUN_SCHEMA, node=RunConfig)
 DURATION = re.compile(r"\d+:\d\d:\d\d:\d\d")  # Lightning's max_time string: DD:HH:MM:SS
 
 
+def dotted(cfg: DictConfig, prefix: str = "") -> dict[str, Any]:
+    """The values a config sets, by dotted key (``{"optim.lr": 0.0015, ...}``); nodes are walked,
+    not listed. The one flattener of a config: overrides, recipes and the reference page use it."""
+    found: dict[str, Any] = {}
+    for key, value in cfg.items():
+        if isinstance(value, DictConfig):
+            found |= dotted(value, f"{prefix}{key}.")
+        else:
+            found[f"{prefix}{key}"] = value
+    return found
+
+
 def validated(schema: type, cfg: DictConfig | dict[str, Any], key: str) -> Any:
     """Build ``schema`` from one config group, failing with the offending key's name."""
     try:

@@ -1,11 +1,9 @@
 """What machine this is, which device a command runs on, and the numeric precision chosen from it.
 
-The same config must be fast on any machine: bf16 pays on a CPU with native bf16 matrix
-instructions (AVX512-BF16, AMX) and costs several times fp32's time where they are emulated
-(docs/training.md, Precision). So the
-precision is read from the hardware (:func:`choose_precision`, a pure function of the CPU flags,
-the GPU's compute capability and a short timing probe) unless the config names one.
-:func:`describe` is the one line that every benchmark prints and every training run logs.
+The same config must be fast on any machine, and bf16 pays only where the hardware computes it
+natively (docs/training.md, Precision): so ``precision=auto`` is read from the CPU's flags, the
+GPU's compute capability and a short timing probe (:func:`choose_precision`). :func:`describe`
+is the one line that every benchmark prints and every training run logs.
 """
 
 from __future__ import annotations
@@ -149,6 +147,24 @@ def describe(hardware: Hardware | None = None) -> str:
         f"hardware: cpu {hw.cpu}, flags {flags}, {hw.cores} cores, {hw.threads} threads, "
         f"torch {hw.torch_version}, gpu {gpu}"
     )
+
+
+CLASS_BY_FLAG = (  # the first flag the hardware line lists as present names the class
+    ("amx_bf16", "AMX (bf16)"),
+    ("avx512_bf16", "AVX512-BF16 without AMX"),
+    ("avx512f", "AVX-512 without AVX512-BF16"),
+    ("avx2", "AVX2 (fp32)"),
+)
+
+
+def cpu_class(hardware_line: str) -> str:
+    """The CPU class of a :func:`describe` line: what ``auto`` and the kernels can use."""
+    flags = hardware_line.split(", flags ", 1)[-1].split(",", 1)[0]
+    present = set(flags.split(" (no ", 1)[0].split())
+    gpu = hardware_line.rsplit(", gpu ", 1)[-1]
+    if gpu != "none":
+        return f"GPU: {gpu}"
+    return next((name for flag, name in CLASS_BY_FLAG if flag in present), "no AVX2")
 
 
 def choose_precision(

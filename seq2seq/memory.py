@@ -2,11 +2,10 @@
 
 glibc serves a step's tensors from its heaps and keeps the freed space for reuse instead of
 returning it, and under bf16 autocast's short-lived, variously shaped casts that space grows
-through the run; jemalloc returns freed pages after a few seconds (docs/performance.md, Memory).
-A preloaded allocator must be there when the process starts, so :func:`preload_jemalloc`
-re-executes the command with ``LD_PRELOAD`` set: the process keeps its id, so torchrun, srun and
-Lightning's launcher see nothing, and its children inherit it. ``SEQ2SEQ_ALLOCATOR=system``
-keeps the system's malloc.
+through the run; jemalloc returns freed pages after a few seconds. A preloaded allocator must be
+there when the process starts, so :func:`preload_jemalloc` re-executes the command with
+``LD_PRELOAD`` set: the process keeps its id, so torchrun, srun and Lightning's launcher see
+nothing, and its children inherit it. ``SEQ2SEQ_ALLOCATOR=system`` keeps the system's malloc.
 """
 
 from __future__ import annotations

@@ -1,15 +1,7 @@
-"""OpenMP's wait policy for training and decoding; import this before torch loads OpenMP.
+"""OpenMP's wait policy; import this before torch, since libgomp reads it once, when it loads.
 
-PyTorch's CPU kernels run on OpenMP threads. By default (GNU libgomp) a thread that has done its
-share of a parallel region spins 300,000 times before it sleeps. On an idle machine that saves a
-wake-up; when another process wants the same cores, the spinning threads take CPU time from the
-thread that is still working, and every region waits for the slowest one. Training sleeps at once
-(``OMP_WAIT_POLICY=PASSIVE``). Decoding runs hundreds of short regions per step, where sleeping
-at once costs a wake-up each time, so ``translate.py`` and ``serve.py`` spin briefly
-(``GOMP_SPINCOUNT=2000``): near spinning's speed on a quiet machine and near passive's beside a
-busy process (measured in docs/performance.md, Decoding). libgomp reads these variables once, when
-torch's library loads, hence the import order; either one already in the environment wins, so
-``OMP_WAIT_POLICY=ACTIVE python translate.py`` spins as long as libgomp's default.
+Training's waiting threads sleep at once, so that none takes the cores from a busy neighbour; the
+decoders' spin briefly, as they run many short parallel regions. A value already set wins.
 """
 
 import os

@@ -13,13 +13,14 @@ from cpu_classes import CPU_CLASSES, fake_cpu
 from tiny import BLEU, CORPUS, STEP, tiny_tokenizer
 from trained import train_tiny_checkpoint
 
-from seq2seq.checkpoint import MODEL_PREFIX, entry, save_atomically
+from seq2seq.checkpoint import save_atomically, seq2seq_entry
 from seq2seq.config import DataConfig, DecodeConfig, ModelConfig
 from seq2seq.hardware import threads_each
 from seq2seq.inference.backends import open_model
 from seq2seq.inference.cli import main
 from seq2seq.inference.translator import Translator
 from seq2seq.model import Transformer
+from seq2seq.training.module import MODEL_PREFIX
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -84,7 +85,7 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory, tiny_model_cfg: ModelCo
     torch.manual_seed(0)
     model = Transformer(tiny_model_cfg, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size)
     decode_cfg = DecodeConfig(beam_size=2, max_len_a=1.0, max_len_b=4, min_len=1)  # min_len: never ""
-    meta = entry(tiny_model_cfg, decode_cfg, _tiny_data(tmp / "cache"), tokenizer, best_bleu=BLEU)
+    meta = seq2seq_entry(tiny_model_cfg, decode_cfg, _tiny_data(tmp / "cache"), tokenizer, MODEL_PREFIX, BLEU)
     path = tmp / "tiny.ckpt"
     state = {MODEL_PREFIX + name: tensor for name, tensor in model.state_dict().items()}
     save_atomically({"state_dict": state, "global_step": STEP, "seq2seq": meta}, path)

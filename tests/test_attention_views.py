@@ -38,11 +38,11 @@ def test_sentence_attention_keeps_every_layer_and_head_of_the_model(translator: 
 
 
 def test_translate_with_attention_follows_the_translation(translator: Translator) -> None:
-    settings = translator.settings(beam=2, nbest=1)
-    translation, attention = translate_with_attention(translator, "Tom is here.", settings)
-    best = next(iter(translator.translate(["Tom is here."], settings)))[0]
+    decode_cfg = translator.decode_cfg_with(beam=2, nbest=1)
+    translation, attention = translate_with_attention(translator, "Tom is here.", decode_cfg)
+    best = next(iter(translator.translate(["Tom is here."], decode_cfg)))[0]
     assert translation.text == best.text and translation.score == pytest.approx(best.score, abs=1e-5)
-    tokens = translator.search(translator.encode(["Tom is here."]), settings)[0][0].tokens
+    tokens = translator.search(translator.encode(["Tom is here."]), decode_cfg)[0][0].tokens
     assert attention.target == token_labels(translator.tokenizer.tgt, [BOS_ID, *tokens])
     with pytest.raises(ValueError, match="empty"):
         translate_with_attention(translator, "   ")
@@ -52,7 +52,7 @@ def test_alignment_is_the_last_layer_head_average_of_cross_attention(
     translator: Translator, tmp_path
 ) -> None:
     alignment = align(translator, "I like coffee.")
-    _, attention = translate_with_attention(translator, "I like coffee.", translator.settings(nbest=1))
+    _, attention = translate_with_attention(translator, "I like coffee.", translator.decode_cfg_with(nbest=1))
     torch.testing.assert_close(alignment.weights, attention.maps[AttentionKind.CROSS][-1].mean(0))
     assert (alignment.source, alignment.target) == (attention.source, attention.output)
     save_heatmap(alignment, tmp_path / "a.png")

@@ -12,9 +12,7 @@ from compose import ROOT, tiny_run
 
 from seq2seq.average import average, main
 from seq2seq.checkpoint import (
-    EMA_PREFIX,
     KEY,
-    MODEL_PREFIX,
     CheckpointError,
     load_model,
     read_checkpoint,
@@ -22,6 +20,7 @@ from seq2seq.checkpoint import (
 )
 from seq2seq.export.__main__ import main as export_main
 from seq2seq.serving import cli as serve_cli
+from seq2seq.training.module import EMA_PREFIX, MODEL_PREFIX
 from seq2seq.training.run import train
 
 OLDEST = sorted((ROOT / "tests" / "fixtures").glob("checkpoint-*.ckpt"))[0]

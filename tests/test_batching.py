@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from seq2seq.data.batching import TokenBudgetBatchSampler, collate, pack, pair_lengths
+from seq2seq.data.batching import collate, pack, pair_lengths
+from seq2seq.data.sampler import TokenBudgetBatchSampler
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 MAX_TOKENS = 256

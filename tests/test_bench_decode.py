@@ -1,4 +1,5 @@
-"""bench/decode.py (d): two trained checkpoints decoded end to end, timed and scored side by side."""
+"""bench/decode_models.py: two trained checkpoints decoded end to end, timed and scored side by side;
+bench/decode_peer.py refuses to run without a checkpoint."""
 
 import subprocess
 import sys
@@ -7,14 +8,14 @@ from pathlib import Path
 from compose import ROOT
 
 
-def run_bench(*args: str) -> subprocess.CompletedProcess:
-    command = [sys.executable, "bench/decode.py", *args]
+def run_bench(script: str, *args: str) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", f"bench.{script}", *args]
     return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
 
 
 def test_a_model_against_itself_gains_nothing_and_each_search_gets_its_ratios(trained_ckpt: Path) -> None:
     result = run_bench(
-        "--ckpt", str(trained_ckpt), "--baseline-ckpt", str(trained_ckpt), "--models-only", "--reps", "1"
+        "decode_models", "--ckpt", str(trained_ckpt), "--baseline-ckpt", str(trained_ckpt), "--reps", "1"
     )
     assert result.returncode == 0, result.stderr[-3000:]
     ratios = {
@@ -33,17 +34,18 @@ def test_a_model_against_itself_gains_nothing_and_each_search_gets_its_ratios(tr
         ratios["model_vs_baseline_beam5_speedup"][0] > 0
         and ratios["model_vs_baseline_beam5_speedup"][1] == "1.5"
     )
-    assert sum(line.startswith("(d) ") for line in result.stdout.splitlines()) == 2
-    assert not any(line.startswith("(a)") for line in result.stdout.splitlines())  # --models-only
+    lines = result.stdout.splitlines()
+    assert sum(" test sentences: " in line for line in lines) == 2  # one line per search
+    assert not any("KV cache" in line for line in lines)  # the two models alone, no other measurement
 
 
-def test_models_only_without_a_baseline_is_refused_with_the_reason(trained_ckpt: Path) -> None:
-    result = run_bench("--ckpt", str(trained_ckpt), "--models-only")
+def test_two_models_without_a_baseline_are_refused_with_the_reason(trained_ckpt: Path) -> None:
+    result = run_bench("decode_models", "--ckpt", str(trained_ckpt))
     assert result.returncode == 2
-    assert "--models-only runs (d), which needs --ckpt and --baseline-ckpt" in result.stderr
+    assert "the following arguments are required: --baseline-ckpt" in result.stderr
 
 
 def test_a_peer_without_a_checkpoint_is_refused_with_the_reason() -> None:
-    result = run_bench("--peer", str(ROOT), "--models-only")
+    result = run_bench("decode_peer", "--peer", str(ROOT))
     assert result.returncode == 2
-    assert "--peer compares the decoding of the checkpoint of --ckpt" in result.stderr
+    assert "the following arguments are required: --ckpt" in result.stderr

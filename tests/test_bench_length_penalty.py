@@ -7,9 +7,8 @@ from pathlib import Path
 import pytest
 from compose import ROOT
 
-sys.path.insert(0, str(ROOT / "bench"))
-from length_penalty import decode_split, study
-
+from bench.length_penalty import study
+from bench.measure import decode_split
 from seq2seq.checkpoint import load_model
 from seq2seq.data import corpus
 from seq2seq.inference.backends import open_model
@@ -30,7 +29,7 @@ def test_the_alpha_with_the_best_validation_bleu_is_scored_on_test(trained_ckpt:
 @pytest.mark.slow
 def test_the_command_prints_its_ratio_line(trained_ckpt: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "bench/length_penalty.py", "--ckpt", str(trained_ckpt), "--beam", "2"],
+        [sys.executable, "-m", "bench.length_penalty", "--ckpt", str(trained_ckpt), "--beam", "2"],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -12,7 +12,8 @@ from compose import ROOT
 def run_levers(out: Path) -> subprocess.CompletedProcess:
     command = [
         sys.executable,
-        "bench/levers.py",
+        "-m",
+        "bench.levers",
         "--lever",
         "half_batch",
         "fast=optim.lr=2e-3,optim.warmup_steps=10",

@@ -23,7 +23,10 @@ def write_records(tmp_path: Path, offsets: dict[str, list[float]]) -> list[Path]
 
 def ratio_of(paths: list[Path]) -> float:
     done = subprocess.run(
-        [sys.executable, "bench/loss_curves.py", *map(str, paths)], cwd=ROOT, capture_output=True, text=True
+        [sys.executable, "-m", "bench.loss_curves", *map(str, paths)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
     )
     assert done.returncode == 0, done.stderr
     name, value, _, target = done.stdout.splitlines()[-1].split()[1:]
@@ -40,7 +43,10 @@ def test_versions_that_differ_less_than_their_seeds_pass(tmp_path: Path) -> None
 def test_the_same_seeds_largest_step_difference_is_printed(tmp_path: Path) -> None:
     records = write_records(tmp_path, {"old": [0.0, 0.2], "new": [0.0, 0.3]})
     done = subprocess.run(
-        [sys.executable, "bench/loss_curves.py", *map(str, records)], cwd=ROOT, capture_output=True, text=True
+        [sys.executable, "-m", "bench.loss_curves", *map(str, records)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
     )
     assert "at the same seed: s1 0, s2 0.1" in done.stdout
 
@@ -54,6 +60,9 @@ def test_a_version_that_trains_worse_than_the_seed_spread_fails(tmp_path: Path) 
 def test_records_of_one_commit_only_are_refused(tmp_path: Path) -> None:
     paths = write_records(tmp_path, {"old": [0.0, 0.1, 0.2, 0.3]})
     done = subprocess.run(
-        [sys.executable, "bench/loss_curves.py", *map(str, paths)], cwd=ROOT, capture_output=True, text=True
+        [sys.executable, "-m", "bench.loss_curves", *map(str, paths)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
     )
     assert done.returncode == 1 and "two records of one commit and two of another" in done.stderr

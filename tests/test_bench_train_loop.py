@@ -1,4 +1,4 @@
-"""bench/train_step.py --loop --record on the tiny experiment: the real loop's per-step loss curve,
+"""bench/train_loss_curve.py on the tiny experiment: the real loop's per-step loss curve,
 recorded the same way for this tree and for the code at a git ref."""
 
 import json
@@ -9,12 +9,11 @@ from pathlib import Path
 import pytest
 from compose import ROOT
 
-sys.path.insert(0, str(ROOT / "bench"))
-from loop_run import without_other_code
+from bench.loop_run import without_other_code
 
 
 def record(out: Path, cache: Path, *extra: str) -> dict:
-    command = [sys.executable, "bench/train_step.py", "--loop", "--record", str(out), "--steps", "4"]
+    command = [sys.executable, "-m", "bench.train_loss_curve", "--out", str(out), "--steps", "4"]
     command += [*extra, "--set", "experiment=tiny", f"data.cache_dir={cache}"]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -44,7 +44,7 @@ def memorised() -> tuple[list[str], list[list[str]]]:
 
 
 def best(translator: Translator, texts: list[str], beam: int) -> list[Translation]:
-    return [nbest[0] for nbest in translator.translate(texts, translator.settings(beam=beam, nbest=1))]
+    return [nbest[0] for nbest in translator.translate(texts, translator.decode_cfg_with(beam=beam, nbest=1))]
 
 
 def score_gaps(ours: list[Translation], theirs: list[Translation]) -> list[float]:

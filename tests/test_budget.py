@@ -29,8 +29,8 @@ from seq2seq.training.budget import (
     measuring_window,
     set_dropout,
     step_share,
-    wsd_factor,
 )
+from seq2seq.training.optimizers import wsd_factor
 from seq2seq.training.run import train
 
 

@@ -8,9 +8,10 @@ from pathlib import Path
 import torch
 from tiny import tiny_tokenizer
 
-from seq2seq.checkpoint import entry, load_model, read_checkpoint, resume_state, save_atomically
+from seq2seq.checkpoint import load_model, read_checkpoint, resume_state, save_atomically, seq2seq_entry
 from seq2seq.config import DataConfig, DecodeConfig, ModelConfig
 from seq2seq.model import Transformer
+from seq2seq.training.module import EMA_PREFIX, MODEL_PREFIX
 
 ENTRY_KEYS = {  # what checkpoints written by earlier versions carry under checkpoint["seq2seq"]
     "model_config",
@@ -82,10 +83,11 @@ def test_a_checkpoint_with_lightnings_copy_of_the_config_still_loads(trained_ckp
 
 
 def test_the_entry_keeps_its_keys(tiny_model_cfg: ModelConfig) -> None:
-    written = entry(tiny_model_cfg, DecodeConfig(), DataConfig(), tiny_tokenizer(), 3.0, ema=True)
+    written = seq2seq_entry(tiny_model_cfg, DecodeConfig(), DataConfig(), tiny_tokenizer(), EMA_PREFIX, 3.0)
     assert set(written) == ENTRY_KEYS
     assert (written["best_bleu"], written["weights_prefix"]) == (3.0, "ema_model.")
-    assert entry(tiny_model_cfg, DecodeConfig(), DataConfig(), tiny_tokenizer())["weights_prefix"] == "model."
+    raw = seq2seq_entry(tiny_model_cfg, DecodeConfig(), DataConfig(), tiny_tokenizer(), MODEL_PREFIX)
+    assert raw["weights_prefix"] == "model."
 
 
 def test_a_swiglu_model_loads_back_as_written(tiny_model_cfg: ModelConfig, tmp_path: Path) -> None:
@@ -94,10 +96,8 @@ def test_a_swiglu_model_loads_back_as_written(tiny_model_cfg: ModelConfig, tmp_p
     torch.manual_seed(0)
     model = Transformer(cfg, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size)
     state = {f"model.{k}": v for k, v in model.state_dict().items()}
-    save_atomically(
-        {"state_dict": state, "seq2seq": entry(cfg, DecodeConfig(), DataConfig(), tokenizer)},
-        tmp_path / "m.ckpt",
-    )
+    meta = seq2seq_entry(cfg, DecodeConfig(), DataConfig(), tokenizer, MODEL_PREFIX)
+    save_atomically({"state_dict": state, "seq2seq": meta}, tmp_path / "m.ckpt")
     loaded = load_model(tmp_path / "m.ckpt")
     assert loaded.model.cfg == cfg
     for name, weight in loaded.model.state_dict().items():

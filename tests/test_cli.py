@@ -14,17 +14,17 @@ import torch
 from compose import ROOT
 from tiny import CORPUS, tiny_tokenizer
 
-from seq2seq.checkpoint import MODEL_PREFIX
 from seq2seq.config import ModelConfig
 from seq2seq.inference import cli
 from seq2seq.inference import translator as translate_module
 from seq2seq.inference.cli import main
 from seq2seq.inference.translator import Translator
 from seq2seq.model import Transformer
+from seq2seq.training.module import MODEL_PREFIX
 
 
-def best_texts(translator: Translator, texts: list[str], settings=None) -> list[str]:
-    return [best.text for best, *_ in translator.translate(texts, settings)]
+def best_texts(translator: Translator, texts: list[str], decode_cfg=None) -> list[str]:
+    return [best.text for best, *_ in translator.translate(texts, decode_cfg)]
 
 
 def test_sentences_on_the_command_line(checkpoint: Path, translator: Translator, run_cli) -> None:
@@ -142,7 +142,7 @@ def test_failure_leaves_no_partial_output(
 ) -> None:
     """A failed write is one line; a bug is not dressed up as a user error. Neither leaves a file."""
 
-    def fail_midway(self, texts, settings=None):
+    def fail_midway(self, texts, decode_cfg=None):
         yield [translate_module.Translation("partial", 0.0)]
         raise error
 
@@ -258,11 +258,12 @@ def test_seeded_top_p_sampling_repeats_through_the_translator_and_the_cli(
     checkpoint: Path, translator: Translator, capsys
 ) -> None:
     texts = ["How are you?", "I like coffee.", "Where is the station?", "Good morning."]
-    settings = replace(translator.settings(beam=1, nbest=1), sampling=True, temperature=1.5, top_p=0.9)
+    greedy = translator.decode_cfg_with(beam=1, nbest=1)
+    decode_cfg = replace(greedy, sampling=True, temperature=1.5, top_p=0.9)
     runs = {}
     for seed in (5, 5, 6):
         translator.seed(seed)
-        runs.setdefault(seed, []).append(best_texts(translator, texts, settings))
+        runs.setdefault(seed, []).append(best_texts(translator, texts, decode_cfg))
     assert runs[5][0] == runs[5][1] != runs[6][0]
     sampling = ["--sample", "--temperature", "1.5", "--top-p", "0.9", "--seed", "5"]
     expected = "".join(f"{text}\n" for text in runs[5][0])  # not splitlines: random weights emit \x0c

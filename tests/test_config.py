@@ -8,9 +8,9 @@ from compose import CONFIGS, ROOT, compose_train
 from hydra.errors import ConfigCompositionException
 from omegaconf import DictConfig, OmegaConf
 
-from seq2seq.config import ConfigError, DecodeConfig, ModelConfig, RunConfig, validated, validated_run
+from seq2seq.config import ConfigError, DecodeConfig, ModelConfig, RunConfig, dotted, validated, validated_run
 from seq2seq.model import Transformer
-from seq2seq.training.overrides import compose_run, flat_keys
+from seq2seq.training.overrides import compose_run
 from seq2seq.training.recipe import choose_recipe
 
 SCHEMAS = {f.name: f.default_factory for f in fields(RunConfig) if is_dataclass(f.default_factory)}
@@ -19,16 +19,10 @@ MODELS = sorted(path.stem for path in (CONFIGS / "model").glob("*.yaml"))
 RUN_LEVEL_DATA_KEYS = {"max_tokens", "eval_max_tokens", "num_workers"}  # batches, not the corpus
 
 
-def flat(cfg: DictConfig | dict, prefix: str = "") -> dict[str, object]:
-    """``{"model.d_model": 256, ...}``: the leaves of a config, dotted."""
-    cfg = OmegaConf.create(cfg) if isinstance(cfg, dict) else cfg
-    leaves = {}
-    for key, value in cfg.items():
-        if isinstance(value, DictConfig):
-            leaves |= flat(value, f"{prefix}{key}.")
-        elif key != "defaults":
-            leaves[f"{prefix}{key}"] = value
-    return leaves
+def flat(cfg: DictConfig | dict) -> dict[str, object]:
+    """``{"model.d_model": 256, ...}``: the leaves of a config, dotted, its defaults list left out."""
+    leaves = dotted(OmegaConf.create(cfg) if isinstance(cfg, dict) else cfg)
+    return {key: value for key, value in leaves.items() if key != "defaults"}
 
 
 def test_the_schemas_cover_every_group_but_the_trainer() -> None:
@@ -79,8 +73,8 @@ def test_an_experiment_sets_only_what_changes_and_no_key_of_the_model_or_corpus(
 
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
 def test_every_schema_key_takes_an_override_without_plus(experiment: str) -> None:
-    schema_keys = set(flat_keys(OmegaConf.structured(RunConfig)))
-    assert schema_keys <= set(flat_keys(compose_train(f"experiment={experiment}")))
+    schema_keys = set(dotted(OmegaConf.structured(RunConfig)))
+    assert schema_keys <= set(dotted(compose_train(f"experiment={experiment}")))
     cfg = compose_train(f"experiment={experiment}", "decode.sampling=true", "optim.ema_decay=0.99", "seed=7")
     assert (cfg.decode.sampling, cfg.optim.ema_decay, cfg.seed) == (True, 0.99, 7)
 

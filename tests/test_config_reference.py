@@ -5,19 +5,16 @@ from __future__ import annotations
 
 import re
 import shutil
-import sys
 from dataclasses import fields, is_dataclass
 from pathlib import Path
 
 import pytest
-from compose import CONFIGS, ROOT
+from compose import CONFIGS
 from omegaconf import OmegaConf
 
-from seq2seq.config import RunConfig, validated_run
-from seq2seq.training.overrides import compose_run, flat_keys
-
-sys.path.insert(0, str(ROOT / "bench"))
-import config_reference
+from seq2seq.config import RunConfig, dotted, validated_run
+from seq2seq.training.overrides import compose_run
+from tools.docs import config_reference
 
 PAGE = config_reference.PAGE
 YAML_BLOCK = re.compile(r"^```yaml\n(.*?)^```", re.S | re.M)
@@ -27,7 +24,7 @@ NAMED = re.compile(r"^# (configs/\w+/\w+\.yaml)(?:: python train\.py (.+))?$", r
 def test_the_page_shows_what_the_schemas_configs_and_records_give() -> None:
     text = PAGE.read_text()
     difference = config_reference.first_difference(PAGE, text, config_reference.rendered(text))
-    assert difference is None, f"{difference}\n(run python bench/config_reference.py)"
+    assert difference is None, f"{difference}\n(run python -m tools.docs.config_reference)"
 
 
 def test_the_page_has_every_table() -> None:
@@ -38,8 +35,7 @@ def test_the_page_has_every_table() -> None:
 def test_every_key_and_every_option_is_on_the_page() -> None:
     """Whatever the renderer does: the composed config's keys and configs/'s files are all named."""
     text = PAGE.read_text()
-    keys = list(flat_keys(compose_run(CONFIGS, [])))
-    leaves = [k for k in keys if not any(other.startswith(f"{k}.") for other in keys)]
+    leaves = list(dotted(compose_run(CONFIGS, [])))
     assert not [k for k in leaves if f"`{k}`" not in text]
     for group in config_reference.option_groups():
         for path in (CONFIGS / group).glob("*.yaml"):

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import sys
 from types import SimpleNamespace
 
 import pytest
-from compose import ROOT
 
-sys.path.insert(0, str(ROOT / "bench"))
-from decode_profile import ENCODE, STEP, Profile, group_of
+from bench.decode_profile import ENCODE, STEP, Profile, group_of
 
 V = 8000
 

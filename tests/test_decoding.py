@@ -212,7 +212,10 @@ def test_beam_keeps_searching_while_a_live_beam_can_still_win(memorised_ckpt) ->
     sources = [source for source, _ in pairs[:MEMORISED_PAIRS]]
     translator = open_model(memorised_ckpt, device="cpu", dtype="float32").translator
     greedy, beam = (
-        [nbest[0].score for nbest in translator.translate(sources, translator.settings(beam=k, nbest=1))]
+        [
+            nbest[0].score
+            for nbest in translator.translate(sources, translator.decode_cfg_with(beam=k, nbest=1))
+        ]
         for k in (1, 5)
     )
     pairs_of_scores = list(zip(greedy, beam, strict=True))

@@ -14,7 +14,7 @@ from compose import ROOT
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)|<img [^>]*\bsrc=\"([^\"]+)\"")
 FENCE = re.compile(r"^```")
-POINTER_SOURCES = ("docs", "seq2seq", "configs", "slurm", "tests", "bench")
+POINTER_SOURCES = ("docs", "seq2seq", "configs", "slurm", "tests", "bench", "tools")
 POINTER_SUFFIXES = {".md", ".py", ".yaml", ".yml", ".sbatch", ".sh", ".toml"}
 README_POINTER = re.compile(
     r"README(?:\.md)?#([\w-]+)"  # README.md#results

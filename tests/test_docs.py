@@ -7,9 +7,10 @@ included, every job of a sweep; a training run must also pass the rules of ``seq
 unless its paragraph shows the error it gets (`` `error: ...` ``), which must then be that error.
 A ``translate.py``, ``serve.py``, ``python -m seq2seq.export`` or ``python -m seq2seq.average``
 command in a fenced block is parsed by that command's own parser; one in prose, often a fragment
-(``translate.py --eval``), and a ``bench/*.py`` command may use only the flags its parser has
-(``--help`` for the bench scripts, which build their parsers in ``main``). Placeholders such as
-``<run>``, ``N`` or ``$SLURM_NNODES`` stand for any value; ``[overrides]`` and ``...`` for nothing.
+(``translate.py --eval``), and a ``python -m bench.<name>`` or ``python -m tools.docs.<name>``
+command may use only the flags its parser has (``--help`` for these scripts, which build their
+parsers in ``main``). Placeholders such as ``<run>``, ``N`` or ``$SLURM_NNODES`` stand for any
+value; ``[overrides]`` and ``...`` for nothing.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ PLACEHOLDER = re.compile(r"<[^<>]*>|\$\{?\w+\}?|…")  # <run>, <machine 0>, $SL
 CONFIG_HEADS = {*(f.name for f in fields(RunConfig)), "experiment", "hparams_search", "hydra"}
 ENTRY_POINTS = ("train.py", "translate.py", "serve.py")
 OVERRIDE = re.compile(r"\+{0,2}(\w+)(\.\w+)*=\S+")
+SCRIPT = re.compile(r"-m (bench|tools\.docs)\.\w+")  # its flags are those its --help lists
 PARSERS: dict[str, Callable] = {
     "translate.py": translate_parser,
     "serve.py": serve_parser,
@@ -57,7 +59,7 @@ PARSERS: dict[str, Callable] = {
 class Command:
     page: str
     line: int
-    program: str  # "train.py", "translate.py", "serve.py", "-m seq2seq.<command>" or "bench/<name>.py"
+    program: str  # "train.py", "translate.py", "serve.py", "-m seq2seq.<command>" or a SCRIPT
     args: tuple[str, ...]
     fenced: bool  # a whole command in a shell block, not a fragment in prose
     shown_errors: tuple[str, ...]  # the `error: ...` lines the command's paragraph shows
@@ -144,7 +146,9 @@ def command(words: list[str], fenced: bool) -> tuple[str, list[str]] | None:
         return "train.py", words[2:]
     if words[:1] == ["-m"] and " ".join(words[:2]) in PARSERS:  # python -m seq2seq.export, .average
         return " ".join(words[:2]), words[2:]
-    if words and (words[0] in ENTRY_POINTS or re.fullmatch(r"bench/\w+\.py", words[0])):
+    if words[:1] == ["-m"] and SCRIPT.fullmatch(" ".join(words[:2])):  # python -m bench.<name>, tools.docs
+        return " ".join(words[:2]), words[2:]
+    if words and words[0] in ENTRY_POINTS:
         return words[0], words[1:]
     return None
 
@@ -175,7 +179,8 @@ def test_the_pages_show_every_kind_of_command() -> None:
     """The parsing above finds what it is for (so a change of format cannot leave nothing to check)."""
     programs = {c.program for c in COMMANDS}
     assert {"train.py", "translate.py", "serve.py", "-m seq2seq.export", "-m seq2seq.average"} <= programs
-    assert any(p.startswith("bench/") for p in programs)
+    assert any(p.startswith("-m bench.") for p in programs)
+    assert any(p.startswith("-m tools.docs.") for p in programs)
     train = [c.args for c in COMMANDS if c.program == "train.py"]
     assert ("trainer=ddp", "trainer.devices=N") in train  # a torchrun line, N kept as a value
     assert ("model.n_heads=3",) in train  # an override in prose
@@ -211,17 +216,17 @@ def test_a_command_mentioned_in_prose_uses_only_its_flags(cmd: Command) -> None:
 
 
 @cache
-def bench_flags(script: str) -> set[str]:
-    """The options ``bench/<name>.py --help`` lists."""
+def script_flags(script: str) -> set[str]:
+    """The options ``python SCRIPT --help`` lists."""
     result = subprocess.run(
-        [sys.executable, script, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=300
+        [sys.executable, *script.split(), "--help"], cwd=ROOT, capture_output=True, text=True, timeout=300
     )
     assert result.returncode == 0, result.stderr
     return flags(result.stdout)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("cmd", [c for c in COMMANDS if c.program.startswith("bench/")], ids=str)
-def test_a_documented_bench_command_uses_only_its_flags(cmd: Command) -> None:
-    known = bench_flags(cmd.program)
+@pytest.mark.parametrize("cmd", [c for c in COMMANDS if SCRIPT.fullmatch(c.program)], ids=str)
+def test_a_documented_script_command_uses_only_its_flags(cmd: Command) -> None:
+    known = script_flags(cmd.program)
     assert cmd.flags() <= known, f"{cmd}: no such flag {sorted(cmd.flags() - known)}"

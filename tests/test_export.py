@@ -11,7 +11,7 @@ from compose import model_config
 from tiny import CORPUS, tiny_tokenizer
 from torch import nn
 
-from seq2seq.checkpoint import MODEL_PREFIX, entry, load_model
+from seq2seq.checkpoint import load_model, seq2seq_entry
 from seq2seq.config import DataConfig, DecodeConfig, ModelConfig
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, TranslationTokenizer
 from seq2seq.decoding import Hypothesis
@@ -22,6 +22,7 @@ from seq2seq.export.to_ctranslate2 import build_spec, export_checkpoint
 from seq2seq.export_folder import ENGINES, ExportError
 from seq2seq.inference.backends import BACKENDS, open_model
 from seq2seq.model import Transformer
+from seq2seq.training.module import MODEL_PREFIX
 
 
 @pytest.fixture(scope="module")
@@ -56,10 +57,8 @@ def _save(directory: Path, model: Transformer, tokenizer: TranslationTokenizer) 
     data_cfg = DataConfig(path=str(CORPUS), vocab_size=300, cache_dir=str(directory / "cache"))
     state = {MODEL_PREFIX + name: tensor for name, tensor in model.state_dict().items()}
     path = directory / "model.ckpt"
-    torch.save(
-        {"state_dict": state, "seq2seq": entry(model.cfg, DecodeConfig(), data_cfg, tokenizer)},
-        path,
-    )
+    meta = seq2seq_entry(model.cfg, DecodeConfig(), data_cfg, tokenizer, MODEL_PREFIX)
+    torch.save({"state_dict": state, "seq2seq": meta}, path)
     return path
 
 
@@ -140,8 +139,8 @@ def test_float32_export_decodes_the_same_tokens_as_pytorch(
     ours = open_model(trained_ckpt, device="cpu", dtype="float32").translator  # auto may pick bf16
     theirs = open_model(model=exported["float32"], device="cpu").translator
     sources = ours.encode(held_out[0])
-    settings = ours.settings(beam=beam, nbest=nbest)
-    expected, got = ours.search(sources, settings), theirs.search(sources, settings)
+    decode_cfg = ours.decode_cfg_with(beam=beam, nbest=nbest)
+    expected, got = ours.search(sources, decode_cfg), theirs.search(sources, decode_cfg)
     same = [[h.tokens for h in e] == [h.tokens for h in g] for e, g in zip(expected, got, strict=True)]
     assert sum(same) >= SAME_NBEST_SHARE * len(sources)
     for ours_hyps, their_hyps in zip(expected, got, strict=True):
@@ -151,7 +150,7 @@ def test_float32_export_decodes_the_same_tokens_as_pytorch(
                 assert t.score >= o.score - 1e-5
                 assert t.score == pytest.approx(o.score, rel=1e-3)
             else:
-                alpha = settings.length_penalty
+                alpha = decode_cfg.length_penalty
                 assert abs(mean_log_prob(t, alpha) - mean_log_prob(o, alpha)) <= NEAR_TIE
 
 
@@ -178,12 +177,12 @@ def test_int8_export_stays_close_to_the_model(
 
 def test_seeded_sampling_repeats(exported: dict[str, Path]) -> None:
     translator = open_model(model=exported["float32"], device="cpu").translator
-    settings = DecodeConfig(sampling=True, temperature=1.5, top_k=50, top_p=0.9)
+    decode_cfg = DecodeConfig(sampling=True, temperature=1.5, top_k=50, top_p=0.9)
     texts = ["How are you?", "I like coffee.", "Where is the station?", "Good morning."] * 4
     runs = []
     for seed in (3, 3, 4):
         translator.seed(seed)
-        runs.append([best.text for best, *_ in translator.translate(texts, settings)])
+        runs.append([best.text for best, *_ in translator.translate(texts, decode_cfg)])
     assert runs[0] == runs[1] != runs[2]
 
 

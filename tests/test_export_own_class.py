@@ -116,7 +116,7 @@ def test_greedy_generate_gives_translate_py_translations(exported: Path, ours: T
     """Per sentence with our length limit: generate() and its key/value cache, step by step."""
     model = auto_model(exported)
     tokenizer = transformers.AutoTokenizer.from_pretrained(exported)
-    expected = [best.text for best, *_ in ours.translate(SOURCES, ours.settings(beam=1))]
+    expected = [best.text for best, *_ in ours.translate(SOURCES, ours.decode_cfg_with(beam=1))]
     got = []
     for source in SOURCES:
         batch = tokenizer([source], return_tensors="pt")
@@ -148,7 +148,7 @@ def test_serve_py_model_answers_as_translate_py(exported: Path, ours: Translator
     with TestClient(create_app(service)) as client:
         response = client.post("/translate", json={"text": SOURCES[:6], "beam": 1})
     assert response.status_code == 200, response.text
-    expected = [best.text for best, *_ in ours.translate(SOURCES[:6], ours.settings(beam=1))]
+    expected = [best.text for best, *_ in ours.translate(SOURCES[:6], ours.decode_cfg_with(beam=1))]
     assert [result["text"] for result in response.json()["translations"]] == expected
 
 
@@ -195,7 +195,7 @@ def test_without_the_package_trust_remote_code_loads_it(
         ours = open_model(trained_ckpt, device="cpu", dtype="float32").translator
     sentences = SOURCES[:20]
     encoded = ours.encode(sentences)
-    tgt = [[BOS_ID, *best[0].tokens, EOS_ID] for best in ours.search(encoded, ours.settings(beam=1))]
+    tgt = [[BOS_ID, *best[0].tokens, EOS_ID] for best in ours.search(encoded, ours.decode_cfg_with(beam=1))]
     src, tgt = pad_ids(encoded), pad_ids(tgt)[:, : ours.max_positions]
     limits = [
         int(output_limits(pad_ids([ids]), ours.decode_cfg, ours.max_positions, PAD_ID)) for ids in encoded
@@ -207,7 +207,7 @@ def test_without_the_package_trust_remote_code_loads_it(
         beams = auto_model(exported).generate(input_ids=src, attention_mask=src != PAD_ID, **BEAM_SEARCH)
     assert (mine - result["logits"])[tgt != PAD_ID].abs().max().item() < 1e-4
     assert result["translations"] == [
-        best.text for best, *_ in ours.translate(sentences, ours.settings(beam=1))
+        best.text for best, *_ in ours.translate(sentences, ours.decode_cfg_with(beam=1))
     ]
     assert until_eos(result["beams"]) == until_eos(beams)
     if which == "own":
@@ -257,7 +257,8 @@ def test_labels_give_the_cross_entropy_of_our_logits(exported: Path, ours: Trans
     """Shifted behind BOS, pads as -100: what fine-tuning with transformers' Trainer computes."""
     encoded = ours.encode(SOURCES[:8])
     src = pad_ids(encoded)
-    labels = pad_ids([[*best[0].tokens, EOS_ID] for best in ours.search(encoded, ours.settings(beam=1))])
+    greedy = ours.decode_cfg_with(beam=1)
+    labels = pad_ids([[*best[0].tokens, EOS_ID] for best in ours.search(encoded, greedy)])
     labels = labels.masked_fill(labels == PAD_ID, -100)
     with torch.inference_mode():
         loss = auto_model(exported)(input_ids=src, attention_mask=src != PAD_ID, labels=labels).loss

@@ -15,7 +15,7 @@ from compose import data_config
 from tiny import tiny_tokenizer
 from transformers_parity import SOURCES, teacher_forced_logits, variant_checkpoint
 
-from seq2seq.checkpoint import MODEL_PREFIX, entry, load_model, save_atomically
+from seq2seq.checkpoint import load_model, save_atomically, seq2seq_entry
 from seq2seq.config import DecodeConfig
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, TranslationTokenizer
 from seq2seq.decoding.steps import output_limits
@@ -25,6 +25,7 @@ from seq2seq.inference.backends import open_model
 from seq2seq.inference.cli import main as translate_main
 from seq2seq.inference.translator import Translator
 from seq2seq.model import Transformer
+from seq2seq.training.module import MODEL_PREFIX
 
 transformers = pytest.importorskip(
     "transformers", reason="the transformers export needs pip install -e '.[hf]'"
@@ -91,7 +92,7 @@ def test_generate_translates_as_translate_py(exported: Path, ours: Translator) -
     """Greedy ``generate()`` called per sentence with our length limit: translate.py's translations."""
     model = transformers.AutoModelForSeq2SeqLM.from_pretrained(exported).eval()
     tokenizer = transformers.AutoTokenizer.from_pretrained(exported)
-    expected = [best.text for best, *_ in ours.translate(SOURCES, ours.settings(beam=1))]
+    expected = [best.text for best, *_ in ours.translate(SOURCES, ours.decode_cfg_with(beam=1))]
     got = []
     for source in SOURCES:
         batch = tokenizer([source], return_tensors="pt")
@@ -190,11 +191,10 @@ def test_a_tokenizer_per_side_cannot_be_one_tokenizer_json(
 ) -> None:
     loaded = load_model(trained_ckpt)
     split = TranslationTokenizer(tiny_tokenizer().src, tiny_tokenizer(vocab_size=280).tgt)
-    meta = entry(replace(loaded.model.cfg, tie_embeddings=False), DecodeConfig(), loaded.data_config, split)
+    cfg = replace(loaded.model.cfg, tie_embeddings=False)
+    meta = seq2seq_entry(cfg, DecodeConfig(), loaded.data_config, split, MODEL_PREFIX)
     torch.manual_seed(0)
-    model = Transformer(
-        replace(loaded.model.cfg, tie_embeddings=False), split.src_vocab_size, split.tgt_vocab_size
-    )
+    model = Transformer(cfg, split.src_vocab_size, split.tgt_vocab_size)
     state = {MODEL_PREFIX + name: tensor for name, tensor in model.state_dict().items()}
     save_atomically({"state_dict": state, "seq2seq": meta}, tmp_path / "split.ckpt")
     assert (

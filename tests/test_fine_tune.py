@@ -15,12 +15,13 @@ import pytest
 import torch
 from compose import ROOT, tiny_run
 
-from seq2seq.checkpoint import EMA_PREFIX, MODEL_PREFIX, load_model, read_checkpoint
+from seq2seq.checkpoint import load_model, read_checkpoint
 from seq2seq.config import ConfigError
 from seq2seq.data import corpus
 from seq2seq.data.tokenizer import TranslationTokenizer
 from seq2seq.inference.backends import open_model
 from seq2seq.inference.evaluation import evaluate
+from seq2seq.training.module import EMA_PREFIX, MODEL_PREFIX
 from seq2seq.training.run import train
 
 ORDERS = ROOT / "tests" / "fixtures" / "orders.tsv"

@@ -6,7 +6,6 @@ import os
 import re
 import subprocess
 import sys
-from dataclasses import asdict
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -236,10 +235,10 @@ def test_validation_decodes_in_the_training_precision(tiny_data_cfg):
     vocab = datamodule.tokenizer.src_vocab_size
     pl.seed_everything(0)
     module = TranslationModule(
-        asdict(TINY),
-        asdict(OptimConfig()),
-        asdict(DecodeConfig()),
-        asdict(tiny_data_cfg),
+        TINY,
+        OptimConfig(),
+        DecodeConfig(),
+        tiny_data_cfg,
         vocab,
         vocab,
         tokenizer=datamodule.tokenizer,

@@ -1,13 +1,14 @@
 """``optim.optimizer``: AdamW everywhere, or Muon for the layers' weight matrices with AdamW for
-the rest, seen by Lightning, the schedule and checkpoints as one optimizer."""
+the rest, seen by Lightning, the schedule and checkpoints as one optimizer; and the LR schedule."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from seq2seq.config import ModelConfig, OptimConfig
 from seq2seq.model import Transformer
-from seq2seq.training.optimizers import MuonWithAdamW, build_optimizer, layer_matrices
+from seq2seq.training.optimizers import MuonWithAdamW, build_optimizer, layer_matrices, lr_schedule
 
 MUON = OptimConfig(optimizer="muon", lr=1e-3, weight_decay=0.01)
 
@@ -54,3 +55,16 @@ def test_a_step_moves_every_parameter_and_the_state_round_trips() -> None:
         twin.muon.state_dict()["state"][0]["momentum_buffer"],
         optimizer.muon.state_dict()["state"][0]["momentum_buffer"],
     )
+
+
+def test_the_wsd_schedule_follows_the_budget_spent_and_checkpoints_only_its_counters() -> None:
+    cfg = OptimConfig(lr=1.0, schedule="wsd", warmup_steps=1, decay_share=0.5)
+    optimizer = build_optimizer(tiny_model(), cfg, fused=False)
+    spent = [0.0]
+    scheduler = lr_schedule(optimizer, cfg, lambda: spent[0])
+    assert optimizer.param_groups[0]["lr"] == 1.0  # warmed up after one step, nothing spent
+    spent[0] = 0.75  # half of the last half: the LR is halfway down
+    optimizer.step()  # no gradients: nothing moves, but the order is the training loop's
+    scheduler.step()
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.5)
+    assert scheduler.state_dict()["lr_lambdas"] == [None] and "cfg" not in scheduler.state_dict()

@@ -14,11 +14,12 @@ import pytest
 import pytorch_lightning as pl
 import torch
 from compose import CONFIGS, ROOT, compose_train, tiny_run
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from step_clock import step_clock
 
-from seq2seq.config import CallbacksConfig, ConfigError, OptimConfig, validated
-from seq2seq.training.overrides import check_overrides, hydra_args
+from seq2seq.config import CallbacksConfig, ConfigError, OptimConfig, validated, validated_run
+from seq2seq.training.launch import check_sweep
+from seq2seq.training.overrides import check_overrides, compose_run, hydra_args
 from seq2seq.training.recipe import choose_recipe
 from seq2seq.training.run import train
 
@@ -27,6 +28,10 @@ CPU_SETS = (
     "optim.ema_decay=0.995, optim.schedule=wsd, optim.dropout_min_epochs=10, "
     "trainer.max_time=00:00:30:00, trainer.max_epochs=-1, trainer.val_check_interval=0.5"
 )
+
+
+def compose_job(overrides: list[str]) -> DictConfig:
+    return compose_run(CONFIGS, overrides)
 
 
 def train_py(*argv: str) -> subprocess.CompletedProcess:
@@ -80,6 +85,35 @@ def test_the_recipe_goes_where_hydra_takes_it_whatever_flags_stand_where(argv: l
     assert after == {**before, "overrides": ["experiment=spa_en_cpu", *before["overrides"]]}
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],
+        ["-h"],
+        ["--hydra-help"],
+        ["--cfg", "job", "model=base"],
+        ["-c", "all", "--resolve", "-p", "model"],
+        ["model=base", "seed=1", "--cfg", "hydra"],
+        ["-m", "optim.lr=1e-3,2e-3", "+experiment=tiny", "~seed"],
+        ["--multirun", "hydra/launcher=submitit_local"],
+        ["-r", "hydra.run.dir=/tmp/run"],
+        ["--info"],
+        ["-i", "defaults-tree", "model=base"],
+        ["model=base", "--info", "plugins"],
+        ["-cp", "elsewhere", "-cn", "other", "seed=1"],
+        ["--config-dir", "/tmp/configs", "seed=1"],
+        ["-sc", "install=bash"],
+        ["--experimental-rerun", "run/.hydra/config.pickle"],
+    ],
+)
+def test_our_reading_of_the_command_line_is_hydras(argv: list[str]) -> None:
+    """``hydra_args`` reads ``argv`` as ``@hydra.main``'s own parser does (private to Hydra: the
+    product does not import it)."""
+    from hydra._internal.utils import get_args_parser
+
+    assert vars(hydra_args(argv)) == vars(get_args_parser().parse_args(argv))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("argv", [["model=base", "--cfg", "job"], ["--cfg", "job", "model=base"]])
 def test_train_py_prints_the_base_model_whichever_side_the_flags_are(argv: list[str]) -> None:
@@ -119,17 +153,29 @@ def test_train_py_prints_the_base_model_whichever_side_the_flags_are(argv: list[
 )
 def test_a_bad_override_gets_one_line_naming_the_key(override: str, line: str) -> None:
     with pytest.raises(ConfigError) as err:
-        check_overrides(["experiment=tiny", override], CONFIGS)
+        check_overrides(["experiment=tiny", override], CONFIGS)  # a bad key, option or type: before Hydra
+        validated_run(compose_train("experiment=tiny", override))  # a broken rule: the run's one validation
     assert str(err.value).startswith(line)
     assert "\n" not in str(err.value)
 
 
 def test_every_value_of_a_sweep_is_checked() -> None:
+    """Its keys and options before Hydra runs; its rules before the first job trains (``RunStart``)."""
     check_overrides(["-m", "experiment=tiny", "optim.lr=1e-3,2e-3", "model=tiny,small"], CONFIGS)
+    check_sweep(["experiment=tiny", "optim.lr=1e-3,2e-3", "model=tiny,small"], compose_job)
     with pytest.raises(ConfigError, match=r"^optim\.lr must be > 0, got -0\.001$"):
-        check_overrides(["-m", "experiment=tiny", "optim.lr=1e-3,-1e-3", "model=tiny,small"], CONFIGS)
+        check_sweep(["experiment=tiny", "optim.lr=1e-3,-1e-3", "model=tiny,small"], compose_job)
     with pytest.raises(ConfigError, match="model=smal is not an option"):
         check_overrides(["-m", "experiment=tiny", "optim.lr=1e-3,2e-3", "model=tiny,smal"], CONFIGS)
+
+
+@pytest.mark.slow
+def test_train_py_refuses_a_sweep_with_a_bad_value_before_its_first_job(tmp_path: Path) -> None:
+    """Hydra calls ``RunStart.on_multirun_start`` before the sweeper starts a job or makes a directory."""
+    result = train_py("-m", "experiment=tiny", "optim.lr=1e-3,-1e-3", f"hydra.sweep.dir={tmp_path / 'sweep'}")
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == ["error: optim.lr must be > 0, got -0.001"]
+    assert not (tmp_path / "sweep").exists()
 
 
 def test_printing_the_config_checks_keys_but_not_the_rules() -> None:

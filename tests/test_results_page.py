@@ -5,20 +5,16 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 from compose import ROOT, tiny_run
 
 from seq2seq.checkpoint import read_checkpoint
-from seq2seq.hardware import describe
+from seq2seq.hardware import cpu_class, describe
 from seq2seq.training.run import train
-
-sys.path.insert(0, str(ROOT / "bench"))
-import learning_curves
-import results_page
-from run_record import cpu_class, precision_note
+from tools.docs import learning_curves, results_page
+from tools.docs.run_record import precision_note
 
 
 def test_the_pages_show_what_the_records_give() -> None:

@@ -12,9 +12,9 @@ import torch
 from compose import ddp_training, tiny_run
 
 from seq2seq.config import ConfigError, DataConfig, validated
-from seq2seq.data.batching import Stop, TokenBudgetBatchSampler
+from seq2seq.data.batching import Stop
 from seq2seq.data.datamodule import TranslationDataModule
-from seq2seq.data.resume import BatchOrder, stops_to_continue
+from seq2seq.data.sampler import BatchOrder, TokenBudgetBatchSampler, stops_to_continue
 from seq2seq.training.run import train
 
 MAX_TOKENS = 256

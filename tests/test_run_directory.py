@@ -19,9 +19,9 @@ import torch
 from compose import CONFIGS, ROOT, tiny_run
 
 from seq2seq.command_line import TERMINATED
-from seq2seq.config import ConfigError
-from seq2seq.training.launch import settle_run_directory
-from seq2seq.training.overrides import check_overrides
+from seq2seq.config import ConfigError, validated_run
+from seq2seq.training.launch import RUN_DIR, settle_run_directory
+from seq2seq.training.overrides import compose_run
 from seq2seq.training.ownership import RunDirectoryTaken, RunLock, claim, fresh_directory, holder
 from seq2seq.training.run import train
 
@@ -107,6 +107,24 @@ def test_a_finished_runs_directory_is_refused_untouched(tmp_path) -> None:
     assert sorted(path.name for path in run_dir.rglob("*")) == listing  # not even a lock file
 
 
+def test_train_py_claims_the_directory_before_hydra_writes_there(tmp_path) -> None:
+    """Hydra calls ``RunStart.on_run_start`` after composing the config and before it creates the
+    run directory and writes ``.hydra/`` and ``train.log``: a finished run's directory is refused
+    without a file of the new run in it."""
+    run_dir = tmp_path / "run"
+    listing = finished_run(run_dir)
+    result = subprocess.run(
+        train_py(tmp_path, f"hydra.run.dir={run_dir}"), cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        f"error: {run_dir} holds an earlier run (checkpoints): resume it with "
+        f"ckpt_path={run_dir}/checkpoints/last.ckpt, choose another directory, "
+        "or pass overwrite_output_dir=true to write over it"
+    ]
+    assert sorted(path.name for path in run_dir.rglob("*")) == listing
+
+
 def test_its_resume_or_overwrite_output_dir_may_write_there(tmp_path) -> None:
     run_dir = tmp_path / "run"
     finished_run(run_dir)
@@ -154,24 +172,27 @@ def test_a_default_name_that_is_taken_gets_a_suffix_and_a_chosen_one_does_not(tm
         (tmp_path / "runs" / time.strftime("%Y-%m-%d_%H-%M-%S", time.localtime(now + second))).mkdir(
             parents=True, exist_ok=True
         )
-    argv, lock = settle_run_directory(["experiment=tiny"], ["experiment=tiny"], {}, CONFIGS)
+    cfg = compose_run(CONFIGS, ["experiment=tiny"], with_hydra=True)  # as Hydra hands it to RunStart
+    lock = settle_run_directory(cfg, RUN_DIR, {})
     try:
-        [named] = [arg for arg in argv if arg.startswith("hydra.run.dir=")]
+        [named] = [arg for arg in cfg.hydra.overrides.hydra if arg.startswith("hydra.run.dir=")]
         assert re.fullmatch(r"hydra\.run\.dir=runs/\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d-1", named)
         assert lock.run_dir == Path(named.split("=", 1)[1]) and holder(lock.run_dir) is not None
+        assert cfg.hydra.run.dir == named.split("=", 1)[1]  # where Hydra creates the run directory
     finally:
         lock.release()
     chosen = ["experiment=tiny", f"hydra.run.dir={tmp_path / 'mine'}"]
-    argv, lock = settle_run_directory(chosen, chosen, {}, CONFIGS)
+    cfg = compose_run(CONFIGS, chosen, with_hydra=True)
+    lock = settle_run_directory(cfg, RUN_DIR, {})
     lock.release()
-    assert argv == chosen and lock.run_dir == tmp_path / "mine"
+    assert list(cfg.hydra.overrides.hydra) == chosen[1:] and lock.run_dir == tmp_path / "mine"
 
 
 @pytest.mark.parametrize("limit", ["max_epochs", "max_steps"])
 def test_negative_trainer_limits_are_refused_and_minus_one_means_none(limit) -> None:
     with pytest.raises(ConfigError, match=rf"^trainer\.{limit} must be >= 0, or -1 for no limit, got -5$"):
-        check_overrides(["experiment=tiny", f"trainer.{limit}=-5"], CONFIGS)
-    check_overrides(["experiment=tiny", f"trainer.{limit}=-1"], CONFIGS)
+        validated_run(compose_run(CONFIGS, ["experiment=tiny", f"trainer.{limit}=-5"]))
+    validated_run(compose_run(CONFIGS, ["experiment=tiny", f"trainer.{limit}=-1"]))
 
 
 def test_a_bad_limit_is_one_line_before_any_run_directory(tmp_path) -> None:

@@ -261,7 +261,8 @@ def test_the_page_translates_and_draws_the_attention_in_chromium(page_server, tr
     if chromium is None:
         pytest.skip("no chromium on PATH (Debian: apt-get install chromium)")
     sentence = "I like coffee."
-    best = next(iter(translator.translate([sentence], translator.settings(beam=4, nbest=3))))  # page defaults
+    page_defaults = translator.decode_cfg_with(beam=4, nbest=3)
+    best = next(iter(translator.translate([sentence], page_defaults)))
     with sync_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
         try:

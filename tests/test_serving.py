@@ -52,10 +52,10 @@ def client(checkpoint: Path) -> Iterator[TestClient]:
 
 def expected(translator: Translator, texts: list[str], beam: int | None, nbest: int | None, max_len=None):
     """What the server must answer: Translator.translate of these texts alone, as JSON."""
-    settings = translator.settings(beam=beam or translator.decode_cfg.beam_size, nbest=nbest)
+    decode_cfg = translator.decode_cfg_with(beam=beam or translator.decode_cfg.beam_size, nbest=nbest)
     if max_len is not None:
-        settings = replace(settings, max_len_a=0.0, max_len_b=max_len)
-    return [[(t.text, t.score) for t in nbest] for nbest in translator.translate(texts, settings)]
+        decode_cfg = replace(decode_cfg, max_len_a=0.0, max_len_b=max_len)
+    return [[(t.text, t.score) for t in nbest] for nbest in translator.translate(texts, decode_cfg)]
 
 
 def answered(response) -> list[list[tuple[str, float]]]:
@@ -205,23 +205,23 @@ def test_a_full_queue_answers_503_with_retry_after(checkpoint) -> None:
 def test_a_cancelled_request_is_dropped_from_the_batches_not_yet_decoded(checkpoint, translator) -> None:
     small = open_model(checkpoint, device="cpu", batch_tokens=24, dtype="float32").translator
     texts = [f"{sentence} {i}" for i, sentence in enumerate(SENTENCES[:5] * 4)]  # several batches
-    settings = small.settings(beam=1)
+    decode_cfg = small.decode_cfg_with(beam=1)
     batcher = DynamicBatcher(small, queue_size=4, max_wait_s=0.0)
     calls: list[list[str]] = []
     translate = small.translate
 
-    def first_batch_then_cancel(batch: list[str], settings):
+    def first_batch_then_cancel(batch: list[str], decode_cfg):
         calls.append(batch)
         abandoned.cancel()  # as the event loop does when the client goes away
-        return translate(batch, settings)
+        return translate(batch, decode_cfg)
 
     small.translate = first_batch_then_cancel
     release, stuck = threading.Event(), threading.Event()
     batcher.start()
     try:
         wait_until(batcher.call(release.wait).running)
-        abandoned = batcher.translate(texts, settings)
-        beam_2 = small.settings(beam=2)
+        abandoned = batcher.translate(texts, decode_cfg)
+        beam_2 = small.decode_cfg_with(beam=2)
         kept = batcher.translate(["I like coffee."], beam_2)  # a group of its own
         release.set()
         [got], [want] = kept.result(timeout=60), translator.translate(["I like coffee."], beam_2)
@@ -251,7 +251,7 @@ def test_attention_returns_every_map_of_the_best_translation(client, translator)
     best = expected(translator, ["I like coffee."], 2, 1)[0][0]
     assert (data["translation"], data["score"]) == (best[0], pytest.approx(best[1], abs=1e-4))
     source = translator.encode(["I like coffee."])[0]
-    output = translator.search([source], translator.settings(beam=2, nbest=1))[0][0].tokens
+    output = translator.search([source], translator.decode_cfg_with(beam=2, nbest=1))[0][0].tokens
     with torch.inference_mode():
         maps = translator.model.attention_maps(torch.tensor([source]), torch.tensor([[BOS_ID, *output]]))
     assert len(data["source_tokens"]) == len(source) and data["source_tokens"][-1] == "</s>"

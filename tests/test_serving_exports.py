@@ -42,7 +42,8 @@ def client(exported: Path) -> Iterator[TestClient]:
 
 def test_an_export_translates_as_its_own_translator(client: TestClient, exported: Path) -> None:
     translator = open_model(model=exported, device="cpu").translator
-    expected = [nbest[0].text for nbest in translator.translate(TEXTS, translator.settings(beam=3, nbest=1))]
+    beam_3 = translator.decode_cfg_with(beam=3, nbest=1)
+    expected = [nbest[0].text for nbest in translator.translate(TEXTS, beam_3)]
     response = client.post("/translate", json={"text": TEXTS, "beam": 3})
     assert response.status_code == 200, response.text
     assert [result["text"] for result in response.json()["translations"]] == expected

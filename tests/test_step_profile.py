@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import sys
 from types import SimpleNamespace
 
 import pytest
-from compose import ROOT
 
-sys.path.insert(0, str(ROOT / "bench"))
-from step_profile import MODEL, group_of
+from bench.step_profile import MODEL, group_of
 
 
 def event(*names: str) -> SimpleNamespace:

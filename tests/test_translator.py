@@ -13,8 +13,8 @@ from seq2seq.inference.backends import open_model
 from seq2seq.inference.translator import Translator
 
 
-def best_texts(translator: Translator, texts, settings=None) -> list[str]:
-    return [best.text for best, *_ in translator.translate(texts, settings)]
+def best_texts(translator: Translator, texts, decode_cfg=None) -> list[str]:
+    return [best.text for best, *_ in translator.translate(texts, decode_cfg)]
 
 
 def test_stream_is_lazy_and_keeps_order(checkpoint: Path, monkeypatch) -> None:
@@ -47,7 +47,7 @@ def test_in_memory_model_matches_loaded_checkpoint(checkpoint: Path, translator:
     in_memory = Translator(loaded.model, loaded.tokenizer, loaded.decode_config)
     texts = ["Hi.", "I like coffee.", "Where is the station?"]
     assert best_texts(in_memory, texts) == best_texts(translator, texts)
-    greedy = translator.settings(beam=1)
+    greedy = translator.decode_cfg_with(beam=1)
     assert best_texts(translator, texts, greedy) == [best_texts(translator, [t], greedy)[0] for t in texts]
 
 

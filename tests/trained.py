@@ -16,11 +16,12 @@ import torch.nn.functional as F
 from compose import data_config, model_config
 from tiny import CORPUS, tiny_tokenizer
 
-from seq2seq.checkpoint import MODEL_PREFIX, entry
+from seq2seq.checkpoint import seq2seq_entry
 from seq2seq.config import DecodeConfig, ModelConfig
 from seq2seq.data.batching import pad_ids
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from seq2seq.model import Transformer
+from seq2seq.training.module import MODEL_PREFIX
 
 
 def train_tiny_checkpoint(
@@ -72,7 +73,7 @@ def _train(
         cache_dir=str(directory / "cache"),
     )  # fmt: skip
     state = {MODEL_PREFIX + name: tensor for name, tensor in model.state_dict().items()}
-    meta = entry(model_cfg, DecodeConfig(), data_cfg, tokenizer)
+    meta = seq2seq_entry(model_cfg, DecodeConfig(), data_cfg, tokenizer, MODEL_PREFIX)
     path = directory / "tiny.ckpt"
     torch.save({"state_dict": state, "seq2seq": meta, "final_loss": loss.item()}, path)
     return path

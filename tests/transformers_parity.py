@@ -9,12 +9,13 @@ from pathlib import Path
 import torch
 from tiny import CORPUS
 
-from seq2seq.checkpoint import MODEL_PREFIX, entry, load_model, save_atomically
+from seq2seq.checkpoint import load_model, save_atomically, seq2seq_entry
 from seq2seq.config import DecodeConfig
 from seq2seq.data.batching import pad_ids
 from seq2seq.data.tokenizer import BOS_ID, PAD_ID
 from seq2seq.inference.translator import Translator
 from seq2seq.model import Transformer
+from seq2seq.training.module import MODEL_PREFIX
 
 SOURCES = [line.split("\t")[0] for line in CORPUS.read_text(encoding="utf-8").splitlines()][:60]
 
@@ -23,7 +24,7 @@ def teacher_forced_logits(model, ours: Translator, sources: list[str]) -> tuple[
     """(ours, theirs, mask) of the logits for our greedy outputs, on the real (non-pad) positions."""
     encoded = ours.encode(sources)
     src = pad_ids(encoded)
-    tgt = pad_ids([[BOS_ID, *best[0].tokens] for best in ours.search(encoded, ours.settings(beam=1))])
+    tgt = pad_ids([[BOS_ID, *best[0].tokens] for best in ours.search(encoded, ours.decode_cfg_with(beam=1))])
     tgt = tgt[:, : ours.max_positions]  # a sentence that ran to its limit has one position too many
     with torch.inference_mode():
         mine = ours.model(src, tgt)
@@ -50,7 +51,7 @@ def variant_checkpoint(directory: Path, trained_ckpt: Path, **changes) -> Path:
             module.weight.data.uniform_(0.5, 1.5)
         if getattr(module, "positions", None) is not None:  # learned positions start at zero
             module.positions.data.normal_()
-    meta = entry(cfg, DecodeConfig(), loaded.data_config, loaded.tokenizer)
+    meta = seq2seq_entry(cfg, DecodeConfig(), loaded.data_config, loaded.tokenizer, MODEL_PREFIX)
     state = {MODEL_PREFIX + name: tensor for name, tensor in model.state_dict().items()}
     path = directory / "variant.ckpt"
     save_atomically({"state_dict": state, "seq2seq": meta}, path)

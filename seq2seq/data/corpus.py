@@ -44,8 +44,7 @@ def _cache_name(source: Source, cfg: DataConfig) -> str:
 
 def _write_arrow(pairs: Iterator[tuple[str, str]], path: Path) -> None:
     """Stream pairs into an Arrow file, ``_BATCH`` rows per record batch, so no per-row Python
-    objects are kept (``datasets``' per-example generator plus ``save_to_disk`` was far slower:
-    docs/performance.md, the corpus cache)."""
+    objects are kept (``datasets``' per-example generator plus ``save_to_disk`` is far slower)."""
     schema = _FEATURES.arrow_schema
     with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
         while chunk := list(islice(pairs, _BATCH)):

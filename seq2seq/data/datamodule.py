@@ -24,10 +24,10 @@ from torch.utils.data import DataLoader
 
 from seq2seq.config import DataConfig
 from seq2seq.data import batching, build, corpus, encoded
-from seq2seq.data.batching import Batch, TokenBudgetBatchSampler, collate
+from seq2seq.data.batching import Batch, collate
 from seq2seq.data.cache import build_once, digest
 from seq2seq.data.given_tokenizer import read_given
-from seq2seq.data.resume import BatchOrder
+from seq2seq.data.sampler import BatchOrder, TokenBudgetBatchSampler
 from seq2seq.data.stream import StreamedBatchSampler, StreamedPairs
 from seq2seq.data.tokenizer import TranslationTokenizer, config_key
 
@@ -195,7 +195,7 @@ class TranslationDataModule(pl.LightningDataModule):
 
     def _loader(self, name: str, sampler: TokenBudgetBatchSampler | StreamedBatchSampler) -> DataLoader:
         # Evaluation loads in this process: a worker started at the first validation would be a
-        # fork of the grown training process (docs/performance.md, Memory).
+        # fork of the grown training process.
         workers = self.cfg.num_workers if name == "train" else 0
         on_gpu = self.trainer is not None and self.trainer.strategy.root_device.type == "cuda"
         truncate = self.cfg.too_long == "truncate"
@@ -226,7 +226,7 @@ class TranslationDataModule(pl.LightningDataModule):
         return sampler
 
     def train_dataloader(self) -> DataLoader:
-        """Shuffled token-budget batches, in the order :class:`~seq2seq.data.resume.BatchOrder` sets."""
+        """Shuffled token-budget batches, in the order :class:`~seq2seq.data.sampler.BatchOrder` sets."""
         sampler = (
             self._streamed_sampler()
             if self.cfg.streaming

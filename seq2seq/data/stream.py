@@ -36,7 +36,7 @@ def global_position(stops: Sequence[Stop]) -> int:
 class StreamedBatchSampler(Sampler[list[int]]):
     """Yields lists of store rows whose padded size stays within ``max_tokens``; this process's share
     of the epoch's global batch sequence. ``set_epoch`` and ``continue_epoch`` behave as those of
-    :class:`~seq2seq.data.batching.TokenBudgetBatchSampler`; :class:`~seq2seq.data.resume.BatchOrder`
+    :class:`~seq2seq.data.sampler.TokenBudgetBatchSampler`; :class:`~seq2seq.data.sampler.BatchOrder`
     calls them.
 
     Pairs over ``max_length`` are left out, or, with ``truncate``, batched at the truncated length.

@@ -33,7 +33,7 @@ def align(translator: Translator, text: str) -> Alignment:
     """Translate ``text`` with the translator's settings and return the best hypothesis's alignment."""
     if not text.strip():
         raise AlignmentError("cannot show the attention of an empty sentence")
-    _, attention = translate_with_attention(translator, text, translator.settings(nbest=1))
+    _, attention = translate_with_attention(translator, text, translator.decode_cfg_with(nbest=1))
     weights = attention.maps[AttentionKind.CROSS][-1].mean(dim=0)  # last layer (H, T, S) -> (T, S)
     return Alignment(attention.source, attention.output, weights)
 

@@ -96,14 +96,14 @@ def sentence_attention(
 
 
 def translate_with_attention(
-    translator: Translator, text: str, settings: DecodeConfig | None = None
+    translator: Translator, text: str, cfg: DecodeConfig | None = None
 ) -> tuple[Translation, SentenceAttention]:
-    """Translate one sentence (best hypothesis of ``settings``) and read every attention map of it."""
+    """Translate one sentence (the best hypothesis of ``cfg``, by default the translator's own) and
+    read every attention map of it."""
     source = translator.encode([text])[0]
     if not source:
         raise ValueError("cannot show the attention of an empty sentence")
-    settings = settings or translator.decode_cfg
-    best = translator.search([source], settings)[0][0]
+    best = translator.search([source], cfg or translator.decode_cfg)[0][0]
     translation = Translation(one_line(translator.tokenizer.decode_target([best.tokens])[0]), best.score)
     return translation, sentence_attention(translator.model, translator.tokenizer, source, best.tokens)
 

@@ -26,7 +26,7 @@ class Opened(NamedTuple):
 
     translator: TranslatorBase
     facts: ModelFacts
-    why: str  # why the translator computes in its number type (its `compute`), e.g. "set explicitly"
+    compute_reason: str  # why the translator computes in its number type (`compute`), e.g. "set explicitly"
 
 
 def _ctranslate2(directory: Path, facts: ModelFacts, device: str, batch_tokens: int) -> TranslatorBase:
@@ -76,9 +76,9 @@ def open_model(
 def _open_checkpoint(path: str | Path, device: str, batch_tokens: int | None, dtype: str) -> Opened:
     target = resolve_device(device)
     loaded = load_model(path, map_location=target)
-    compute, why = resolve_dtype(dtype, loaded.model.cfg, target.type)
+    compute, reason = resolve_dtype(dtype, loaded.model.cfg, target.type)
     batch_tokens = batch_tokens or loaded.data_config.eval_max_tokens
     translator = Translator(
         loaded.model, loaded.tokenizer, loaded.decode_config, target, batch_tokens, compute
     )
-    return Opened(translator, loaded, why)
+    return Opened(translator, loaded, reason)

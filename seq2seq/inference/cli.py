@@ -144,7 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--metrics-out",
         metavar="PATH",
         help="with --eval: also write the scores as JSON (split or file, sentences, beam, compute, BLEU, "
-        "chrF, seconds), what bench/results_page.py record --test-metrics reads",
+        "chrF, seconds), what python -m tools.docs.results_page record --test-metrics reads",
     )
     parser.add_argument(
         "--show-attention", action="store_true", help="print each sentence's cross-attention table"
@@ -183,15 +183,15 @@ def _check(args: argparse.Namespace) -> None:
     check_shortlist_argument(args)
 
 
-def decode_settings(cfg: DecodeConfig, args: argparse.Namespace) -> DecodeConfig:
+def decode_cfg_from_args(cfg: DecodeConfig, args: argparse.Namespace) -> DecodeConfig:
     """The checkpoint's decoding config with the command-line overrides applied."""
     beam = args.beam or (1 if args.greedy or args.sample else None)
-    settings = cfg.overridden(beam, args.nbest or 1, args.max_len)
+    overridden = cfg.overridden(beam, args.nbest or 1, args.max_len)
     if not args.sample or args.temperature == 0:  # the limit of sampling as T -> 0: the likeliest token
-        return settings
+        return overridden
     temperature = 1.0 if args.temperature is None else args.temperature
     sampling = {"temperature": temperature, "top_k": args.top_k or 0, "top_p": args.top_p or 1.0}
-    return replace(settings, sampling=True, **sampling)
+    return replace(overridden, sampling=True, **sampling)
 
 
 def _check_writable(option: str, path: str | None) -> None:
@@ -298,7 +298,7 @@ def _interactive(translator: TranslatorBase, args: argparse.Namespace, out: Text
             _show_attention(translator, line, args, out)
 
 
-def _metrics(spec: str, translator: TranslatorBase, why: str, scores: dict, seconds: float) -> dict:
+def _metrics(spec: str, translator: TranslatorBase, reason: str, scores: dict, seconds: float) -> dict:
     """What ``--metrics-out`` writes: one evaluation, with the numerics it ran in."""
     cfg = translator.decode_cfg
     return {
@@ -307,7 +307,7 @@ def _metrics(spec: str, translator: TranslatorBase, why: str, scores: dict, seco
         "beam": cfg.beam_size,
         "sampling": cfg.sampling,
         "compute": translator.compute,
-        "compute_reason": why,
+        "compute_reason": reason,
         "bleu": round(scores["bleu"], 2),
         "chrf": round(scores["chrf"], 2),
         "bleu_signature": scores["bleu_signature"],
@@ -322,11 +322,11 @@ def run(args: argparse.Namespace) -> int:
     _check_writable("--metrics-out", args.metrics_out)
     if isinstance(sys.stdin, io.TextIOWrapper):  # bytes that are not UTF-8 become U+FFFD, not a crash
         sys.stdin.reconfigure(errors="replace")
-    translator, facts, why = open_model(args.ckpt, args.model, args.device, args.batch_tokens, args.dtype)
+    translator, facts, reason = open_model(args.ckpt, args.model, args.device, args.batch_tokens, args.dtype)
     vocabulary = facts.tokenizer.tgt_vocab_size
     if args.beam is not None and args.beam > vocabulary:  # a beam cannot hold more prefixes than tokens
         raise UsageError(f"--beam {args.beam} is more than the target vocabulary's {vocabulary} tokens")
-    translator.decode_cfg = decode_settings(translator.decode_cfg, args)
+    translator.decode_cfg = decode_cfg_from_args(translator.decode_cfg, args)
     if args.shortlist is not None:  # only a checkpoint's Translator takes one
         translator.shortlist = shortlist_of(args, facts.tokenizer)
     if args.seed is not None:
@@ -341,14 +341,14 @@ def run(args: argparse.Namespace) -> int:
         evaluation = evaluate(translator, sources, references)
         seconds = time.perf_counter() - started
         with _output(None) as out:  # first: a file that fails to write must not take the scores with it
-            out.write(format_scores(evaluation.scores) + f"\ncompute = {translator.compute} ({why})\n")
+            out.write(format_scores(evaluation.scores) + f"\ncompute = {translator.compute} ({reason})\n")
             out.flush()
         if args.output:
             with _output(args.output) as out:
                 out.writelines(text + "\n" for text in evaluation.hypotheses)
         if args.metrics_out:
             with _output(args.metrics_out) as out:
-                json.dump(_metrics(args.eval, translator, why, evaluation.scores, seconds), out, indent=1)
+                json.dump(_metrics(args.eval, translator, reason, evaluation.scores, seconds), out, indent=1)
         return 0
     with _output(args.output) as out:
         progress = not args.sentences and _stdin_is_file()  # a pipe or a terminal gets no bar

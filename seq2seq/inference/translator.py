@@ -95,7 +95,7 @@ class TranslatorBase(ABC):
         """Engine and number type, e.g. "PyTorch bfloat16": reports that compare two decoders
         state it for each side, since bf16 rounding alone can change a near-tie's output."""
 
-    def settings(
+    def decode_cfg_with(
         self, beam: int | None = None, nbest: int | None = None, max_len: int | None = None
     ) -> DecodeConfig:
         """The decoding config with these overrides (:meth:`DecodeConfig.overridden`)."""
@@ -127,15 +127,13 @@ class TranslatorBase(ABC):
                 results[i] = [Translation(one_line(next(texts_out)), h.score) for h in hyps]
         return results
 
-    def translate(
-        self, texts: Iterable[str], settings: DecodeConfig | None = None
-    ) -> Iterator[list[Translation]]:
+    def translate(self, texts: Iterable[str], cfg: DecodeConfig | None = None) -> Iterator[list[Translation]]:
         """Lazily translate ``texts``, yielding each one's n-best list (best first) in input order.
 
-        ``settings`` defaults to the translator's own decoding config (see :meth:`settings`).
+        ``cfg`` defaults to the translator's own decoding config (see :meth:`decode_cfg_with`).
         Input is consumed :data:`CHUNK_LINES` at a time, so an endless stream works.
         """
-        cfg = settings or self.decode_cfg
+        cfg = cfg or self.decode_cfg
         iterator = iter(texts)
         while chunk := list(islice(iterator, CHUNK_LINES)):
             yield from self._translate_chunk(chunk, cfg)

@@ -53,7 +53,7 @@ def fast_attention(
     GPU take the flash kernel, which takes no mask tensor.
 
     On a GPU, cuDNN's attention is left out: it plans each new shape on the host for milliseconds,
-    and batches and decoding steps bring new shapes all the time (docs/performance.md). Two CPU
+    and batches and decoding steps bring new shapes all the time. Two CPU
     cases take other routes, both faster there: training in bf16 takes SDPA's math backend, since
     the CPU flash kernel's bf16 backward is slow, and a single query per row (one decoding step)
     takes two small matmuls, cheaper than the flash kernel's setup.
@@ -86,9 +86,8 @@ class MultiHeadAttention(nn.Module):
     incremental decoder can compute cross-attention K/V once and grow a self-attention cache.
     Self-attention in training mode projects Q, K and V in one matmul, with the weights of
     ``q_proj`` and ``kv_proj`` concatenated for it (the parameters and their names stay as they
-    are): fewer, larger operations, and under bf16 autocast the input is cast once instead of twice
-    (its effect in fp32: docs/performance.md). Inference keeps two matmuls,
-    which spares every decoding step the concatenation.
+    are): fewer, larger operations, and under bf16 autocast the input is cast once instead of twice.
+    Inference keeps two matmuls, which spares every decoding step the concatenation.
 
     ``qk_norm`` RMS-normalises each head's queries and keys (with a learned gain) before the
     scores, which bounds the logits whatever the projections grow to; the cache then holds

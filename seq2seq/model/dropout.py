@@ -1,7 +1,7 @@
 """Inverted dropout that is cheap on a CPU: the same maths as ``nn.Dropout``, cheaper random bits.
 
 PyTorch's CPU dropout draws one Bernoulli sample per element, a large share of a CPU training
-step (docs/performance.md, Dropout masks). Here one 64-bit random draw gives four 16-bit lanes,
+step. Here one 64-bit random draw gives four 16-bit lanes,
 each compared with a threshold, so the mask needs a quarter of the random bits. The drop
 probability is rounded to a multiple of 1/65536.
 On a GPU, PyTorch's fused dropout kernel is used instead.

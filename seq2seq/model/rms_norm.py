@@ -1,11 +1,10 @@
 """RMSNorm with a hand-written backward, for the per-head query/key norms of QK-norm.
 
 ``nn.RMSNorm`` on a CPU runs as a chain of small ATen ops (square, mean, add, rsqrt, two
-products), and autograd records each, so its backward is twice as long again. Applied to every
-head's queries and keys in every attention, that chain made a QK-norm step markedly slower
-(the figures: docs/performance.md). This version saves the normalised input and the inverse RMS,
-and its backward is a few products and two reductions. The module keeps ``nn.RMSNorm``'s parameter
-(``weight``) and maths, so checkpoints and exports see no difference.
+products), and autograd records each, so its backward is twice as long again; applied to every
+head's queries and keys, that chain slows a QK-norm step. This version saves the normalised input
+and the inverse RMS, and its backward is a few products and two reductions. The module keeps
+``nn.RMSNorm``'s parameter (``weight``) and maths, so checkpoints and exports see no difference.
 """
 
 from __future__ import annotations

@@ -149,7 +149,7 @@ class Transformer(nn.Module):
 
         Training goes through :meth:`encode` and :meth:`decode_states`, not ``forward``, so it is the
         layers that are compiled; alike layers share their compiled code, and the parameters keep
-        their names. (Whether it pays: docs/performance.md.)
+        their names.
         """
         for layer in [*self.encoder_layers, *self.decoder_layers]:
             layer.compile(*args, **kwargs)

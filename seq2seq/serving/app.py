@@ -92,15 +92,15 @@ async def _unless_gone(request: Request, work: Awaitable[T]) -> T:
 async def translate(body: TranslateRequest, service: Service, request: Request) -> TranslateResponse:
     """Translate one sentence or a list of them; each gets its best translation and n-best list."""
     texts = [body.text] if isinstance(body.text, str) else body.text
-    settings = service.settings(body.beam, body.nbest, body.max_len)
-    return TranslateResponse(translations=await _unless_gone(request, service.translate(texts, settings)))
+    cfg = service.decode_cfg_for(body.beam, body.nbest, body.max_len)
+    return TranslateResponse(translations=await _unless_gone(request, service.translate(texts, cfg)))
 
 
 @router.post("/attention", responses=ERRORS)
 async def attention(body: AttentionRequest, service: Service, request: Request) -> AttentionResponse:
     """Translate one sentence and return every attention map: all layers and heads of each kind."""
-    settings = service.settings(body.beam, 1, body.max_len)
-    return await _unless_gone(request, service.attention(body.text, settings))
+    cfg = service.decode_cfg_for(body.beam, 1, body.max_len)
+    return await _unless_gone(request, service.attention(body.text, cfg))
 
 
 @router.get("/health")

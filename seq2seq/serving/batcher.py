@@ -38,7 +38,7 @@ class QueueFullError(RuntimeError):
 @dataclass
 class _TranslateJob:
     texts: list[str]
-    settings: DecodeConfig
+    cfg: DecodeConfig
     future: Future[list[list[Translation]]] = field(default_factory=Future)
 
 
@@ -77,9 +77,9 @@ class DynamicBatcher:
     def start(self) -> None:
         self._thread.start()
 
-    def translate(self, texts: list[str], settings: DecodeConfig) -> Future[list[list[Translation]]]:
+    def translate(self, texts: list[str], cfg: DecodeConfig) -> Future[list[list[Translation]]]:
         """Queue ``texts``; the Future gets their n-best lists in order, as ``TranslatorBase.translate``."""
-        return self._put(_TranslateJob(texts, settings)).future
+        return self._put(_TranslateJob(texts, cfg)).future
 
     def call(self, function: Callable[[], Any]) -> Future[Any]:
         """Run ``function`` on the worker thread, alone, when its turn comes."""
@@ -145,18 +145,18 @@ class DynamicBatcher:
         return jobs
 
     def _translate(self, jobs: list[_TranslateJob]) -> None:
-        """The jobs, grouped by identical settings (a group shares batches), in order of arrival."""
+        """The jobs, grouped by identical decoding configs (a group shares batches), in order of arrival."""
         groups: list[tuple[DecodeConfig, list[_TranslateJob]]] = []
         for job in jobs:
-            group = next((g for settings, g in groups if settings == job.settings), None)
+            group = next((g for cfg, g in groups if cfg == job.cfg), None)
             if group is None:
-                groups.append((job.settings, [job]))
+                groups.append((job.cfg, [job]))
             else:
                 group.append(job)
-        for settings, group in groups:
-            self._translate_group(settings, group)
+        for cfg, group in groups:
+            self._translate_group(cfg, group)
 
-    def _translate_group(self, settings: DecodeConfig, group: list[_TranslateJob]) -> None:
+    def _translate_group(self, cfg: DecodeConfig, group: list[_TranslateJob]) -> None:
         """One ``translate`` call per token-budget batch of the group's sentences, leaving out those
         of cancelled jobs; results go back job by job."""
         texts = [text for job in group for text in job.texts]
@@ -171,7 +171,7 @@ class DynamicBatcher:
                 live = [i for i in rows if not owners[i].future.cancelled()]
                 self.metrics.cancelled(len(rows) - len(live))
                 if live:
-                    translated = self.translator.translate([texts[i] for i in live], settings)
+                    translated = self.translator.translate([texts[i] for i in live], cfg)
                     for i, nbest in zip(live, translated, strict=True):
                         results[i] = nbest
                     decoded += len(live)

@@ -67,10 +67,10 @@ class TranslationService:
     def translator(self) -> TranslatorBase:
         return self.batcher.translator
 
-    def settings(self, beam: int | None, nbest: int | None, max_len: int | None) -> DecodeConfig:
-        """The checkpoint's decoding settings with the request's overrides, or an InputError."""
+    def decode_cfg_for(self, beam: int | None, nbest: int | None, max_len: int | None) -> DecodeConfig:
+        """The checkpoint's decoding config with the request's overrides, or an InputError."""
         try:
-            settings = self.translator.settings(beam, nbest, max_len)
+            cfg = self.translator.decode_cfg_with(beam, nbest, max_len)
         except ConfigError as err:
             raise InputError(422, str(err)) from err
         max_positions = self.facts.model_config.max_positions
@@ -78,7 +78,7 @@ class TranslationService:
             raise InputError(
                 422, f"max_len ({max_len}) must be <= the model's max_positions ({max_positions})"
             )
-        return settings
+        return cfg
 
     def check_lengths(self, texts: list[str]) -> None:
         limit = self.limits.max_input_chars
@@ -86,9 +86,9 @@ class TranslationService:
             if len(text) > limit:
                 raise InputError(413, f"text {i} has {len(text)} characters; this server accepts {limit}")
 
-    async def translate(self, texts: list[str], settings: DecodeConfig) -> list[TranslationResult]:
+    async def translate(self, texts: list[str], cfg: DecodeConfig) -> list[TranslationResult]:
         self.check_lengths(texts)
-        results = await asyncio.wrap_future(self.batcher.translate(texts, settings))
+        results = await asyncio.wrap_future(self.batcher.translate(texts, cfg))
         return [
             TranslationResult(
                 text=nbest[0].text,
@@ -98,17 +98,17 @@ class TranslationService:
             for nbest in results
         ]
 
-    async def attention(self, text: str, settings: DecodeConfig) -> AttentionResponse:
+    async def attention(self, text: str, cfg: DecodeConfig) -> AttentionResponse:
         self.check_lengths([text])
         if not self.facts.attention:
             raise InputError(501, "this server runs an export: attention maps need the checkpoint (--ckpt)")
         if not text.strip():
             raise InputError(422, "text is blank: there is no attention to show")
-        return await asyncio.wrap_future(self.batcher.call(lambda: self._attention(text, settings)))
+        return await asyncio.wrap_future(self.batcher.call(lambda: self._attention(text, cfg)))
 
-    def _attention(self, text: str, settings: DecodeConfig) -> AttentionResponse:
+    def _attention(self, text: str, cfg: DecodeConfig) -> AttentionResponse:
         """Runs on the batcher's thread: the model is used by one thread only."""
-        translation, attention = translate_with_attention(self.translator, text, settings)
+        translation, attention = translate_with_attention(self.translator, text, cfg)
         return AttentionResponse(
             translation=translation.text,
             score=translation.score,

@@ -1,11 +1,10 @@
-"""The run's budget and what follows from it: how far the LR schedule has got, and whether dropout pays.
+"""The run's budget, measured while it runs: the share of it spent, which the LR schedule follows
+(:func:`seq2seq.training.optimizers.lr_schedule`), and whether dropout pays.
 
 A run ends at ``trainer.max_steps``, ``max_epochs`` or ``max_time``, whichever comes first, so the
-same 30-minute config sees a couple of epochs of the corpus on a slow CPU and dozens on a GPU. A
-run that sees few epochs is limited by underfitting, not overfitting: it trains best without
-dropout and with a learning rate that decays to zero by its end rather than by a fixed step
-count (docs/training.md, Budget, holds the runs that show it). So both are set from the budget the run
-actually gets, measured while it runs.
+same 30-minute config sees a couple of epochs on a slow CPU and dozens on a GPU. A run of few
+epochs underfits: it trains best without dropout and with an LR that decays to zero by its end
+(docs/training.md, Budget).
 """
 
 from __future__ import annotations
@@ -13,6 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytorch_lightning as pl
@@ -28,24 +28,6 @@ MEASURE_SECONDS = 60.0  # training time over which the step rate is measured (le
 MEASURE_SHARE = 0.05  # ...or this share of max_time, whichever is shorter
 MEASURE_STEPS = 10  # ...and at least this many steps
 WARMUP_SHARE = 0.5  # the first half of that window is warm-up, left out of the rate
-
-
-def inverse_sqrt_factor(step: int, warmup_steps: int) -> float:
-    """The paper's schedule as a multiplier of the peak LR: linear warmup, then 1/√step decay."""
-    step = step + 1
-    return min(step / warmup_steps, math.sqrt(warmup_steps / step))
-
-
-def wsd_factor(
-    step: int, warmup_steps: int, progress: float, decay_share: float, decay_shape: str = "linear"
-) -> float:
-    """Warmup-stable-decay: linear warmup over ``warmup_steps``, the peak LR, then a decay to zero
-    over the last ``decay_share`` of the budget (``progress`` runs from 0 to 1): linear, or
-    "1-sqrt", which keeps the LR higher for longer and drops it fastest at the end."""
-    warmup = min(1.0, (step + 1) / warmup_steps)
-    left = min(1.0, max(0.0, (1.0 - progress) / decay_share)) if decay_share > 0 else 1.0  # 1 -> 0
-    decay = left if decay_shape == "linear" else 1.0 - math.sqrt(1.0 - left)
-    return warmup * decay
 
 
 def clock_time(seconds: float) -> str:
@@ -87,7 +69,7 @@ def estimated_steps(step: int, measured: int, spent: float, window: float, remai
     the measurement covers less than the part of ``window`` after its warm-up, or fewer than
     :data:`MEASURE_STEPS` steps. The warm-up is left out because a GPU's first steps are several
     times slower than the rest (new shapes, the allocator growing), so a rate that counts them
-    underestimates the run many times over (docs/training.md, Budget)."""
+    underestimates the run many times over."""
     if spent < (1.0 - WARMUP_SHARE) * window or measured < MEASURE_STEPS:
         return None
     return step + measured / spent * remaining
@@ -117,16 +99,16 @@ def set_dropout(model: Transformer, enabled: bool) -> None:
 
 
 class Budget(pl.Callback):
-    """Before each step, puts the share of the budget spent once it is done into
-    ``pl_module.progress``; the LR scheduler, stepped right after it, reads it for the next step.
+    """Before each step, measures ``spent``: the share of the budget spent once that step is done.
     Once the step rate is known (measured after a warm-up), estimates the epochs the run will see
     and keeps dropout off below ``dropout_min_epochs``; the decision is logged and kept across
-    resumes, and the run's end logs the estimate against the steps made. Under DDP,
-    rank 0's progress and step-rate measurement are broadcast, so every rank schedules alike.
+    resumes, and the run's end logs the estimate against the steps made. Under DDP, rank 0's share
+    and step-rate measurement are broadcast, so every rank schedules alike.
     """
 
     def __init__(self, dropout_min_epochs: float) -> None:
         self.dropout_min_epochs = dropout_min_epochs
+        self.spent = 0.0  # the share of the budget spent once the step in progress is done
         self.epochs: float | None = None  # the estimate, once made
         self._step_budget = math.inf  # max_steps, or max_epochs worth of steps, known at the start
         self._started: float | None = None  # the clock at the first step's end
@@ -143,8 +125,8 @@ class Budget(pl.Callback):
         set_dropout(pl_module.model, self.epochs is not None and self.epochs >= self.dropout_min_epochs)
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: Any, batch: Any, batch_idx: int) -> None:
-        progress = max(step_share(trainer.global_step, self._step_budget), time_share(trainer))
-        pl_module.progress = min(1.0, trainer.strategy.broadcast(progress))  # one LR on every rank
+        spent = max(step_share(trainer.global_step, self._step_budget), time_share(trainer))
+        self.spent = min(1.0, trainer.strategy.broadcast(spent))  # one LR on every rank
 
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
@@ -207,3 +189,10 @@ class Budget(pl.Callback):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.epochs = state_dict.get("epochs")
+
+
+def budget_spent(trainer: pl.Trainer) -> Callable[[], float]:
+    """Reads the share of the budget spent as the trainer's :class:`Budget` last measured it (0 for
+    a trainer without one): the progress the LR schedule follows."""
+    budget = next((c for c in trainer.callbacks if isinstance(c, Budget)), None)
+    return (lambda: 0.0) if budget is None else (lambda: budget.spent)

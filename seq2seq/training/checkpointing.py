@@ -1,6 +1,6 @@
 """What makes a run resumable and safe to interrupt: every checkpoint written atomically, ``last.ckpt``
 kept current, Ctrl-C between batches. The run's other callbacks live beside what they serve (the
-batch order in ``data/resume.py``, the budget in ``budget.py``, the panels in ``monitoring.py``...);
+batch order in ``data/sampler.py``, the budget in ``budget.py``, the panels in ``monitoring.py``...);
 ``run.build_trainer`` lists them all."""
 
 from __future__ import annotations

@@ -1,35 +1,29 @@
-"""One run directory per launch, and Hydra's files written once, however many processes it starts.
-
-Under ``torchrun`` or SLURM's ``srun`` every process runs ``train.py`` and so ``@hydra.main``
-itself. Each would read the clock for ``runs/${now:...}``, and processes started a second apart
-would pick different run directories; so the default run directory is named after the launch,
-an id all its processes share (:func:`launch_id`). And each would write ``.hydra/`` and
-``train.log`` there; so a process of rank > 0 writes no ``.hydra/`` and logs to
-``train_rank<k>.log`` (:func:`with_rank_overrides`). Lightning's own launcher needs neither: it starts
-its children with the parent's run directory, ``hydra.output_subdir=null`` and a log file of
-their own (``lightning_fabric/strategies/launchers/subprocess_script.py``).
-
-:func:`prepare_launch` is all ``train.py`` does before Hydra: these overrides, the recipe
-(:mod:`seq2seq.training.recipe`), the checks of :mod:`seq2seq.training.overrides`, and the run
-directory named and claimed (:mod:`seq2seq.training.ownership`).
+"""How a launch of ``train.py`` starts: the recipe and one-line errors before Hydra
+(:func:`prepare_launch`), then, once Hydra has composed the config, the run directory named and
+claimed before Hydra writes into it (:class:`RunStart`). Under torchrun or srun, where every
+process runs ``train.py``, they all agree on one run directory and only rank 0 writes Hydra's files
+(docs/distributed.md, Launchers).
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-from omegaconf import OmegaConf
+from hydra import compose
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf, read_write
 
-from seq2seq.config import ConfigError
-from seq2seq.training.overrides import check_overrides, compose_run, hydra_args, insert_overrides
-from seq2seq.training.ownership import RunLock, claim, fresh_directory, resumes
+from seq2seq.config import ConfigError, validated_run
+from seq2seq.training.overrides import check_overrides, insert_overrides, job_overrides
+from seq2seq.training.ownership import RunLock, claim, discard_unstarted_run, fresh_directory, resumes
 from seq2seq.training.recipe import choose_recipe
 
 UNSET_RUN_ID = "none"  # torchrun's TORCHELASTIC_RUN_ID when its rendezvous got no --rdzv-id
+RUN_DIR, SWEEP_DIR = "hydra.run.dir", "hydra.sweep.dir"  # where Hydra creates a run's or a sweep's directory
 
 
 def launch_id(env: Mapping[str, str]) -> str | None:
@@ -74,18 +68,18 @@ def with_rank_overrides(argv: list[str], env: Mapping[str, str]) -> list[str]:
     return insert_overrides(argv, ["hydra.output_subdir=null", f"hydra.job.name=train_rank{rank}"])
 
 
-def names_directory(argv: list[str], key: str) -> bool:
-    """Whether the command line sets ``key`` (``hydra.run.dir`` or ``hydra.sweep.dir``) itself."""
-    return any(arg.lstrip("+").startswith(f"{key}=") for arg in argv)
+def names_directory(overrides: list[str], key: str) -> bool:
+    """Whether the overrides set ``key`` (``hydra.run.dir`` or ``hydra.sweep.dir``) themselves."""
+    return any(arg.lstrip("+").startswith(f"{key}=") for arg in overrides)
 
 
-def run_dir_conflict(argv: list[str], env: Mapping[str, str]) -> str | None:
+def run_dir_conflict(overrides: list[str], env: Mapping[str, str]) -> str | None:
     """Why the processes of this launch could write to different run directories, or None.
 
     Only torchrun with a static rendezvous and no ``--rdzv-id`` leaves its processes nothing to
     agree on; an explicit ``hydra.run.dir`` (or ``hydra.sweep.dir``) settles it.
     """
-    explicit = names_directory(argv, "hydra.run.dir") or names_directory(argv, "hydra.sweep.dir")
+    explicit = names_directory(overrides, RUN_DIR) or names_directory(overrides, SWEEP_DIR)
     several = int(env.get("WORLD_SIZE", "1")) > 1
     if explicit or not several or "TORCHELASTIC_RUN_ID" not in env or launch_id(env) is not None:
         return None
@@ -100,48 +94,75 @@ class Launch(NamedTuple):
 
     argv: list[str]  # the command line Hydra parses: the user's, plus the recipe and this rank's overrides
     recipe: str  # the line that says which experiment runs and why
-    claim: RunLock | None  # the run directory, held by this process until it exits; None for a sweep
-
-
-def settle_run_directory(
-    argv: list[str], overrides: list[str], env: Mapping[str, str], config_dir: Path
-) -> tuple[list[str], RunLock | None]:
-    """``argv`` naming the run (or sweep) directory that Hydra will create, and the claim on the run
-    directory (:func:`~seq2seq.training.ownership.claim`), both before Hydra writes anything there.
-
-    A default name, the time to the second, gets a suffix if another run has it; a name that the
-    user or the launch (:func:`launch_id`) chose is kept, and refused if taken. The launch's rank 0
-    claims; each job of a sweep claims its own directory when it starts.
-    """
-    multirun = hydra_args(argv).multirun
-    key = f"hydra.{'sweep' if multirun else 'run'}.dir"
-    cfg = compose_run(config_dir, overrides, with_hydra=True)
-    directory = Path(OmegaConf.select(cfg, key))  # ${now:...} and ${launch_id:...} resolve here, once
-    created = None
-    if not names_directory(argv, key) and launch_id(env) is None:
-        directory = created = fresh_directory(directory)
-        argv = insert_overrides(argv, [f"{key}={directory}"])
-    if multirun or not leads_launch(env):
-        return argv, None
-    run_dir = Path(cfg.output_dir) if cfg.output_dir else directory
-    try:
-        return argv, claim(run_dir, resumes(cfg.ckpt_path, run_dir), cfg.overwrite_output_dir)
-    except ConfigError:
-        if created is not None:
-            with contextlib.suppress(OSError):
-                created.rmdir()  # made above; removed while still empty
-        raise
 
 
 def prepare_launch(argv: list[str], env: Mapping[str, str], gpu: str | None, config_dir: Path) -> Launch:
     """``train.py``'s command line made ready for Hydra, or a one-line :class:`ConfigError`: the
-    hardware's experiment added where none is named (``gpu``: the CUDA device's name, or None), the
-    run directory and the overrides checked before Hydra creates anything, the run directory named
-    and claimed, and this process's rank overrides added last."""
+    hardware's experiment added where none is named (``gpu``: the CUDA device's name, or None),
+    the overrides composed once to find a bad key or option, and this process's rank overrides."""
     with_recipe, recipe = choose_recipe(argv, gpu, config_dir)
-    if conflict := run_dir_conflict(with_recipe, env):
+    check_overrides(with_recipe, config_dir)
+    return Launch(with_rank_overrides(with_recipe, env), recipe)
+
+
+def settle_run_directory(config: DictConfig, key: str, env: Mapping[str, str]) -> RunLock | None:
+    """Name the directory at ``key`` (:data:`RUN_DIR`, or :data:`SWEEP_DIR` for a sweep) in Hydra's
+    composed ``config``, and claim the run directory (:func:`~seq2seq.training.ownership.claim`),
+    both before Hydra creates it or writes there.
+
+    A default name, the time to the second, gets a suffix if another run has it; a name that the
+    user or the launch (:func:`launch_id`) chose is kept, and refused if taken. The launch's rank 0
+    claims, and the claim is returned; each job of a sweep claims its own directory when it starts.
+    """
+    given = [*config.hydra.overrides.hydra, *config.hydra.overrides.task]
+    if conflict := run_dir_conflict(given, env):
         raise ConfigError(conflict)
-    run_claim = None
-    if (overrides := check_overrides(with_recipe, config_dir)) is not None:
-        with_recipe, run_claim = settle_run_directory(with_recipe, overrides, env, config_dir)
-    return Launch(with_rank_overrides(with_recipe, env), recipe, run_claim)
+    directory = Path(OmegaConf.select(config, key))  # ${now:...} and ${launch_id:...} resolve here, once
+    fresh = not names_directory(given, key) and launch_id(env) is None
+    if fresh:
+        directory = fresh_directory(directory)
+        with read_write(config.hydra):
+            OmegaConf.update(config, key, str(directory))
+            config.hydra.overrides.hydra.append(f"{key}={directory}")  # each job of a sweep is composed so
+    if key == SWEEP_DIR or not leads_launch(env):
+        return None
+    run_dir = Path(config.output_dir) if config.output_dir else directory
+    try:
+        return claim(run_dir, resumes(config.ckpt_path, run_dir), config.overwrite_output_dir)
+    except ConfigError:
+        if fresh:
+            discard_unstarted_run(directory)
+        raise
+
+
+def check_sweep(overrides: list[str], compose_job: Callable[[list[str]], DictConfig]) -> None:
+    """Raise :class:`ConfigError` in one line if a value of a sweep breaks a rule of
+    ``seq2seq/config.py``: each value checked before the first job trains, where that job's own
+    validation would stop the sweep midway. ``compose_job`` composes one job's config."""
+    for job in job_overrides(overrides, multirun=True):
+        validated_run(compose_job(job))
+
+
+@contextmanager
+def one_line_errors() -> Iterator[None]:
+    """A :class:`ConfigError` ends the process with one line, as ``train.py`` reports it: raised
+    from a callback, Hydra would print a traceback."""
+    try:
+        yield
+    except ConfigError as err:
+        raise SystemExit(f"error: {err}") from None
+
+
+class RunStart(Callback):
+    """Runs after Hydra composes the config and before it creates the run's directory and writes
+    ``.hydra/`` and the log there (registered in configs/train.yaml, ``hydra.callbacks``)."""
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        with one_line_errors():
+            settle_run_directory(config, RUN_DIR, os.environ)
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        with one_line_errors():
+            task = list(config.hydra.overrides.task)
+            check_sweep(task, lambda job: compose(config.hydra.job.config_name, overrides=job))
+            settle_run_directory(config, SWEEP_DIR, os.environ)

@@ -1,17 +1,12 @@
 """Label-smoothed cross-entropy with the output projection, which also yields the NLL for perplexity
 and the top-1 hits for accuracy: fast and plain.
 
-The logits of a batch are large ((B, T, V), tens of MB), and autograd's path through the
-projection and log-softmax materialises several float32 copies of them (the logits, the
-log-probabilities, the gradients of the gather and of the mean): in bf16 that took a fifth of a
-training step (``bench/train_step.py``). Here the projection and the loss run together in chunks
-of rows (:func:`sequence_loss`): each chunk's gradient is the closed form
-``dloss/dlogits = softmax - (1 - ε)·onehot(target) - ε/V``, turned into the gradients of the states
-and of the projection at once, so no (B, T, V) tensor exists, and pad positions are never projected.
-The same pass counts the tokens the model ranks first, which the accuracy metric would otherwise
-read the logits again for (a target tied for first counts: a row maximum costs a tenth of
-``argmax`` on a CPU). :func:`plain_sequence_loss` is the same loss in PyTorch's own ops and
-autograd, the reference the fast one is tested against.
+Autograd's path through the projection and log-softmax keeps several float32 copies of a batch's
+(B, T, V) logits. :func:`sequence_loss` runs the projection and the loss together in chunks of rows,
+with the closed-form gradient ``softmax - (1 - ε)·onehot(target) - ε/V``, so no (B, T, V) tensor
+exists and pad positions are never projected; the same pass counts the top-1 hits (a target tied
+for first counts). :func:`plain_sequence_loss` is the same loss in PyTorch's own ops, the reference
+the fast one is tested against.
 """
 
 from __future__ import annotations
@@ -110,7 +105,7 @@ def sequence_loss(
     at real target tokens only. states: the decoder's final states (B, T, D), target: (B, T);
     ``real``: the real tokens' positions (:func:`real_positions`), computed here when not given.
 
-    Pad positions never reach the projection (their share of a batch: docs/performance.md).
+    Pad positions never reach the projection.
     """
     real = real_positions(target, pad_id) if real is None else real  # (N,)
     flat_states = states.flatten(0, 1).index_select(0, real)  # (N, D)

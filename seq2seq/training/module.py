@@ -1,4 +1,5 @@
-"""The LightningModule: loss, optimiser, schedule, logging and validation BLEU.
+"""The LightningModule: loss, logging and validation BLEU, trained with the optimizer and LR schedule
+of :mod:`seq2seq.training.optimizers`.
 
 Its configuration and tokenizer travel in the checkpoint's own entry (:mod:`seq2seq.checkpoint`),
 the one copy of them in the file: Lightning's copy of the hyperparameters is not saved.
@@ -15,7 +16,7 @@ import pytorch_lightning as pl
 import torch
 from torch import Tensor
 
-from seq2seq.checkpoint import KEY, entry, resume_state
+from seq2seq.checkpoint import KEY, resume_state, seq2seq_entry
 from seq2seq.config import ConfigError, DataConfig, DecodeConfig, ModelConfig, OptimConfig
 from seq2seq.data.batching import Batch
 from seq2seq.data.tokenizer import TranslationTokenizer
@@ -23,12 +24,17 @@ from seq2seq.hardware import precision_dtype
 from seq2seq.inference.evaluation import score
 from seq2seq.inference.translator import Translator
 from seq2seq.model import Transformer
-from seq2seq.training.budget import inverse_sqrt_factor, wsd_factor
+from seq2seq.training.budget import budget_spent
 from seq2seq.training.loss import sequence_loss
-from seq2seq.training.optimizers import build_optimizer, fused_adamw_applies
+from seq2seq.training.optimizers import build_optimizer, fused_adamw_applies, lr_schedule
 from seq2seq.training.sharding import translate_sharded
 
 log = logging.getLogger(__name__)
+
+# The state dict names each weight after the attribute holding its Transformer: the trained one at
+# `TranslationModule.model`, the moving average of its weights at `TranslationModule.ema_model`.
+MODEL_PREFIX = "model."
+EMA_PREFIX = "ema_model."
 
 
 class NonFiniteLossError(RuntimeError):
@@ -82,21 +88,21 @@ class TranslationModule(pl.LightningModule):
 
     def __init__(
         self,
-        model: dict,
-        optim: dict,
-        decode: dict,
-        data: dict,
+        model: ModelConfig,
+        optim: OptimConfig,
+        decode: DecodeConfig,
+        data: DataConfig,
         src_vocab_size: int,
         tgt_vocab_size: int,
         skip_nonfinite: bool = False,
         tokenizer: TranslationTokenizer | None = None,
     ) -> None:
         super().__init__()
-        self.model_cfg = ModelConfig(**model)
-        self.optim_cfg = OptimConfig(**optim)
-        self.decode_cfg = DecodeConfig(**decode)
-        self.data_cfg = DataConfig(**data)
-        # `model` and `ema_model` name the weights in the state dict (checkpoint.MODEL_PREFIX/EMA_PREFIX).
+        self.model_cfg = model
+        self.optim_cfg = optim
+        self.decode_cfg = decode
+        self.data_cfg = data
+        # `model` and `ema_model` name the weights in the state dict (MODEL_PREFIX, EMA_PREFIX).
         self.model = Transformer(self.model_cfg, src_vocab_size, tgt_vocab_size)
         # A running average of the weights is a better model than the noisy latest one while the
         # learning rate is still high, i.e. for the whole of a short run; it is what gets validated.
@@ -108,13 +114,17 @@ class TranslationModule(pl.LightningModule):
         self._finite_watch = FiniteLossWatch()
         self._step_started = time.perf_counter()
         self.best_bleu = 0.0
-        self.progress = 0.0  # share of the run's budget spent; the Budget callback sets it each step
         self.val_samples: tuple[list[str], list[list[str]], list[str]] = ([], [], [])
 
     @property
     def eval_model(self) -> Transformer:
         """The weights that are validated and that inference loads: the EMA when enabled."""
         return self.ema_model if self.ema_model is not None else self.model
+
+    @property
+    def eval_prefix(self) -> str:
+        """The state-dict prefix of :attr:`eval_model`'s weights, which the checkpoint names for inference."""
+        return EMA_PREFIX if self.ema_model is not None else MODEL_PREFIX
 
     def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
         return self.model(src, tgt)
@@ -210,10 +220,9 @@ class TranslationModule(pl.LightningModule):
         self.log("hp/best_bleu", self.best_bleu, sync_dist=True, reduce_fx="max")
 
     def configure_optimizers(self) -> Any:
-        cfg = self.optim_cfg
         fused = fused_adamw_applies(self.device.type, str(self.trainer.precision))
-        optimizer = build_optimizer(self.model, cfg, fused)
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, self.lr_factor)
+        optimizer = build_optimizer(self.model, self.optim_cfg, fused)
+        scheduler = lr_schedule(optimizer, self.optim_cfg, budget_spent(self.trainer))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     def configure_gradient_clipping(
@@ -235,13 +244,6 @@ class TranslationModule(pl.LightningModule):
             params = [p for group in optimizer.param_groups for p in group["params"]]
             torch.nn.utils.clip_grad_norm_(params, gradient_clip_val, foreach=True)
 
-    def lr_factor(self, step: int) -> float:
-        """The schedule: a multiplier of ``optim.lr`` after ``step`` optimiser steps."""
-        cfg = self.optim_cfg
-        if cfg.schedule == "wsd":
-            return wsd_factor(step, cfg.warmup_steps, self.progress, cfg.decay_share, cfg.decay_shape)
-        return inverse_sqrt_factor(step, cfg.warmup_steps)
-
     def optimizer_step(self, *args: Any, **kwargs: Any) -> None:
         super().optimizer_step(*args, **kwargs)
         if self.ema_model is not None:
@@ -258,13 +260,8 @@ class TranslationModule(pl.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         if self.tokenizer is None:
             raise RuntimeError("attach the tokenizer before saving: checkpoints must be self-contained")
-        checkpoint[KEY] = entry(
-            self.model_cfg,
-            self.decode_cfg,
-            self.data_cfg,
-            self.tokenizer,
-            self.best_bleu,
-            ema=self.ema_model is not None,
+        checkpoint[KEY] = seq2seq_entry(
+            self.model_cfg, self.decode_cfg, self.data_cfg, self.tokenizer, self.eval_prefix, self.best_bleu
         )
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:

@@ -1,9 +1,14 @@
-"""The optimizer a run trains with: AdamW for every parameter, or Muon for the layers' weight
-matrices and AdamW for the rest (embeddings, norms, biases), stepped as one optimizer so that
-Lightning, the learning-rate schedule and checkpoints see a single one."""
+"""The optimizer a run trains with and its learning-rate schedule.
+
+The optimizer is AdamW for every parameter, or Muon for the layers' weight matrices and AdamW for
+the rest (embeddings, norms, biases), stepped as one so that Lightning, the schedule and checkpoints
+see a single one. The schedule is the paper's inverse square root, or warmup-stable-decay (``wsd``),
+whose decay follows the share of the run's budget spent rather than a step count.
+"""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -17,9 +22,8 @@ from seq2seq.model import Transformer
 def adamw(params: Iterable[Tensor], fused: bool, **hyperparameters: Any) -> torch.optim.AdamW:
     """AdamW with the fused kernel where asked for and available, else multi-tensor (foreach) kernels.
 
-    On a CPU, foreach still loops over ~10 ops per tensor, while the fused kernel makes one pass
-    per tensor: much cheaper (``bench/train_step.py``, docs/performance.md). Same update rule;
-    torch < 2.4 has no CPU fused kernel.
+    On a CPU, foreach still loops over ~10 ops per tensor, while the fused kernel makes one pass per
+    tensor. Same update rule; torch < 2.4 has no CPU fused kernel.
     """
     params = list(params)
     if fused:
@@ -95,3 +99,39 @@ def build_optimizer(model: Transformer, cfg: OptimConfig, fused: bool) -> torch.
     return MuonWithAdamW(
         [p for p in params if p in matrices], [p for p in params if p not in matrices], fused, cfg
     )
+
+
+def inverse_sqrt_factor(step: int, warmup_steps: int) -> float:
+    """The paper's schedule as a multiplier of the peak LR: linear warmup, then 1/√step decay."""
+    step = step + 1
+    return min(step / warmup_steps, math.sqrt(warmup_steps / step))
+
+
+def wsd_factor(
+    step: int, warmup_steps: int, progress: float, decay_share: float, decay_shape: str = "linear"
+) -> float:
+    """Warmup-stable-decay: linear warmup over ``warmup_steps``, the peak LR, then a decay to zero
+    over the last ``decay_share`` of the budget (``progress`` runs from 0 to 1): linear, or
+    "1-sqrt", which keeps the LR higher for longer and drops it fastest at the end."""
+    warmup = min(1.0, (step + 1) / warmup_steps)
+    left = min(1.0, max(0.0, (1.0 - progress) / decay_share)) if decay_share > 0 else 1.0  # 1 -> 0
+    decay = left if decay_shape == "linear" else 1.0 - math.sqrt(1.0 - left)
+    return warmup * decay
+
+
+def lr_schedule(
+    optimizer: torch.optim.Optimizer, cfg: OptimConfig, progress: Callable[[], float]
+) -> torch.optim.lr_scheduler.LambdaLR:
+    """``optim.schedule`` as a multiplier of ``optim.lr``, stepped after every optimizer step.
+
+    ``progress()`` is the share of the run's budget spent once the step in progress is done (the
+    Budget callback measures it before each step), from which ``wsd`` sets the next step's LR. The
+    factor is a closure, which ``LambdaLR`` leaves out of its state: a checkpoint keeps the counters.
+    """
+
+    def factor(step: int) -> float:
+        if cfg.schedule == "wsd":
+            return wsd_factor(step, cfg.warmup_steps, progress(), cfg.decay_share, cfg.decay_shape)
+        return inverse_sqrt_factor(step, cfg.warmup_steps)
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)

@@ -1,38 +1,60 @@
-"""``train.py``'s command line before Hydra runs: where added overrides go, and a one-line error
-for a bad one.
+"""``train.py``'s command line before Hydra runs: Hydra's flags parsed, overrides added where Hydra
+takes them, and a composition error turned into one line.
 
 Hydra reports a misspelt key, a value of the wrong type or an unknown group option in several
-lines that end in its ``HYDRA_FULL_ERROR`` hint, and a value out of range only once training has
-started. :func:`check_overrides` composes the config as Hydra will (every job of a sweep once
-per value) and turns each of these into one line that names the key and the allowed values or
-the nearest key; what it cannot explain it leaves to Hydra.
+lines that end in its ``HYDRA_FULL_ERROR`` hint, and no callback of ours runs when composing fails
+(callbacks come from the composed config). So :func:`check_overrides` composes the config as
+Hydra will, every job of a sweep once per value, and turns each such error into one line that
+names the key and the allowed values or the nearest key; what it cannot explain it leaves to Hydra.
 """
 
 from __future__ import annotations
 
+import argparse
 import difflib
 import inspect
-from argparse import Namespace
-from collections.abc import Iterator
 from pathlib import Path
 
+import hydra
 import pytorch_lightning as pl
 from hydra import compose, initialize_config_dir
-from hydra._internal.utils import get_args_parser  # the parser @hydra.main uses (private; hydra-core 1.3)
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import ValueType
 from hydra.errors import HydraException, MissingConfigException
 from omegaconf import DictConfig
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
 
-from seq2seq.config import ConfigError, validated_run
+from seq2seq.config import ConfigError, dotted
 
 CONFIG_NAME = "train"  # configs/train.yaml, the primary config of train.py
+INFO_TOPICS = ["all", "config", "defaults", "defaults-tree", "plugins", "searchpath"]
 
 
-def hydra_args(argv: list[str]) -> Namespace:
-    """``argv`` as Hydra's own parser reads it (flags, and the overrides in ``overrides``)."""
-    return get_args_parser().parse_args(argv)
+def hydra_flags() -> argparse.ArgumentParser:
+    """A parser of the flags ``python train.py --hydra-help`` lists, read as ``@hydra.main`` reads
+    them: every other argument is an override."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--help", "-h", action="store_true")
+    parser.add_argument("--hydra-help", action="store_true")
+    parser.add_argument("--version", action="version", version=f"Hydra {hydra.__version__}")
+    parser.add_argument("overrides", nargs="*")
+    parser.add_argument("--cfg", "-c", choices=["job", "hydra", "all"])
+    parser.add_argument("--resolve", action="store_true")
+    parser.add_argument("--package", "-p")
+    parser.add_argument("--run", "-r", action="store_true")
+    parser.add_argument("--multirun", "-m", action="store_true")
+    parser.add_argument("--shell-completion", "-sc", action="store_true")
+    parser.add_argument("--config-path", "-cp")
+    parser.add_argument("--config-name", "-cn")
+    parser.add_argument("--config-dir", "-cd")
+    parser.add_argument("--experimental-rerun")
+    parser.add_argument("--info", "-i", const="all", nargs="?", choices=INFO_TOPICS)
+    return parser
+
+
+def hydra_args(argv: list[str]) -> argparse.Namespace:
+    """``argv`` as Hydra reads it (flags, and the overrides in ``overrides``)."""
+    return hydra_flags().parse_args(argv)
 
 
 def insert_overrides(argv: list[str], extra: list[str]) -> list[str]:
@@ -76,29 +98,21 @@ def job_overrides(overrides: list[str], multirun: bool) -> list[list[str]]:
     return [first, *others]
 
 
-def flat_keys(cfg: DictConfig, prefix: str = "") -> Iterator[str]:
-    """Every key of ``cfg``, dotted, nodes included (``model``, ``model.d_model``, ...)."""
-    for key, value in cfg.items():
-        path = f"{prefix}{key}"
-        yield path
-        if isinstance(value, DictConfig):
-            yield from flat_keys(value, f"{path}.")
-
-
 def unknown_key(key: str, config_dir: Path, overrides: list[str]) -> str:
     """One line for a key that the composed config lacks: the nearest key, or the keys there are."""
     groups = {path.name for path in config_dir.iterdir() if path.is_dir()}
     choices = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") in groups]
-    keys = list(flat_keys(compose_run(config_dir, choices)))
+    keys = dotted(compose_run(config_dir, choices))
     parent, _, name = key.rpartition(".")
     if parent == "trainer" and name in inspect.signature(pl.Trainer.__init__).parameters:
         return (
             f"trainer.{name} is a Lightning Trainer argument that configs/trainer/ does not set: "
             f"add it with +trainer.{name}=..."
         )
-    siblings = sorted(k.rpartition(".")[2] for k in keys if k.rpartition(".")[0] == parent)
+    within = f"{parent}." if parent else ""
+    siblings = sorted({k.removeprefix(within).split(".")[0] for k in keys if k.startswith(within)})
     if close := difflib.get_close_matches(name, siblings, n=1):
-        return f"{key} is not a config key; did you mean {parent}{'.' if parent else ''}{close[0]}?"
+        return f"{key} is not a config key; did you mean {within}{close[0]}?"
     return f"{key} is not a config key; {parent or 'the config'} has {', '.join(siblings)}"
 
 
@@ -120,27 +134,22 @@ def explain(err: HydraException, config_dir: Path, overrides: list[str]) -> str 
     return None
 
 
-def check_overrides(argv: list[str], config_dir: Path) -> list[str] | None:
+def check_overrides(argv: list[str], config_dir: Path) -> None:
     """Raise :class:`ConfigError` with one line if the overrides of ``argv`` name an unknown key or
-    option, a value of the wrong type, or (for a training run, not ``--cfg``/``--info``) a value
-    that breaks a rule of ``seq2seq/config.py``. Silent where Hydra's own message is the answer.
-    Returns a training run's overrides (a sweep's first job's), or None where nothing will train."""
+    option or give a value of the wrong type; silent where Hydra's own message is the answer. The
+    rules of ``seq2seq/config.py`` are checked later, once, by the run itself."""
     args = hydra_args(argv)
     asks_hydra = args.help or args.hydra_help or args.shell_completion or args.experimental_rerun
     if asks_hydra or args.config_name or args.config_path or args.config_dir:  # or another config
-        return None
-    training = args.cfg is None and args.info is None
+        return
     try:
         jobs = job_overrides(args.overrides, args.multirun)
     except HydraException:  # the grammar itself: Hydra points at the character
-        return None
+        return
     for overrides in jobs:
         try:
-            cfg = compose_run(config_dir, overrides)
+            compose_run(config_dir, overrides)
         except HydraException as err:
             if line := explain(err, config_dir, overrides):
                 raise ConfigError(line) from err
-            return None
-        if training:
-            validated_run(cfg)
-    return jobs[0] if training else None
+            return

@@ -3,8 +3,10 @@ written over unless this run resumes it or is told to, and default names made un
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
+import shutil
 import socket
 import time
 from collections.abc import Iterator
@@ -21,6 +23,7 @@ STARTUP_LOGS = "train*.log"  # Hydra's log: train.log, train_rank<k>.log, train_
 MAX_SUFFIX = 100  # runs/<time>-1 ... -99: more runs than this started in one second is a runaway script
 
 _claimed: dict[Path, RunLock] = {}  # the run directories this process holds, by resolved path
+_made: set[Path] = set()  # the folders above a fresh run directory that naming it created (runs/), resolved
 
 
 class RunDirectoryTaken(ConfigError):
@@ -140,6 +143,7 @@ def owned(run_dir: Path, resumes: bool, overwrite: bool) -> Iterator[None]:
 def fresh_directory(path: Path) -> Path:
     """``path``, or ``path-1``, ``path-2``, ... : the first that this call creates. ``mkdir`` fails
     for all but one of the runs that ask for a name at once, so two runs never share one."""
+    _made.update(parent.resolve() for parent in path.parents if not parent.exists())
     for k in range(MAX_SUFFIX):
         candidate = path if k == 0 else path.with_name(f"{path.name}-{k}")
         try:
@@ -155,3 +159,18 @@ def fresh_directory(path: Path) -> Path:
 def resumes(ckpt_path: str | None, run_dir: Path) -> bool:
     """Whether a run from ``ckpt_path`` continues the run in ``run_dir``: its checkpoint lies there."""
     return ckpt_path is not None and Path(ckpt_path).resolve().is_relative_to(run_dir.resolve())
+
+
+def discard_unstarted_run(run_dir: Path) -> None:
+    """Delete a run directory that holds only start-up files, and the folders above it that naming
+    it created, once empty: a run that fails before training (a bad value, a missing corpus) leaves
+    nothing behind. Anything else in it is kept."""
+    if run_dir.is_dir() and all(
+        path.name in STARTUP_FILES or path.match(STARTUP_LOGS) for path in run_dir.iterdir()
+    ):
+        shutil.rmtree(run_dir, ignore_errors=True)
+    for parent in run_dir.resolve().parents:
+        if parent not in _made:
+            break
+        with contextlib.suppress(OSError):  # not empty: another run's directory is there
+            parent.rmdir()

@@ -1,14 +1,15 @@
 """Which experiment ``python train.py`` runs when the command line names none: the GPU recipe on a
-machine with a CUDA GPU, the CPU recipe elsewhere. Decided on the command line, before Hydra
-composes the config, so the choice is an ordinary override: visible in ``.hydra/overrides.yaml``
-and in ``config.yaml``, and an explicit ``experiment=...`` always wins."""
+machine with a CUDA GPU, the CPU recipe elsewhere. It is added to the command line as an ordinary
+override, so ``.hydra/overrides.yaml`` shows it and an explicit ``experiment=...`` always wins."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
+from seq2seq.config import dotted
 from seq2seq.training.overrides import hydra_args, insert_overrides
 
 GPU_RECIPE = "spa_en_gpu"
@@ -20,26 +21,24 @@ def names_an_experiment(overrides: list[str]) -> bool:
     return any(arg.lstrip("+~").startswith("experiment=") for arg in overrides)
 
 
-def settings(cfg: DictConfig, prefix: str = "") -> list[str]:
-    """The ``key=value`` pairs a config file sets, dotted (``optim.lr=0.0015``)."""
-    pairs = []
-    for key, value in cfg.items():
-        if isinstance(value, DictConfig):
-            pairs += settings(value, f"{prefix}{key}.")
+def what_a_file_sets(path: Path) -> tuple[list[str], dict[str, Any]]:
+    """A config file's defaults list, in order (``group=option`` for an option it picks, a bare name
+    for a file it builds on; ``_self_`` left out), and the values it sets by dotted key (Hydra's own
+    ``hydra.*`` left out)."""
+    cfg = OmegaConf.load(path)
+    picks = []
+    for entry in cfg.pop("defaults", []):
+        if isinstance(entry, str):
+            picks += [] if entry == "_self_" else [entry]
         else:
-            pairs.append(f"{prefix}{key}={value}")
-    return pairs
+            picks += [f"{group.removeprefix('override /')}={option}" for group, option in entry.items()]
+    return picks, {key: value for key, value in dotted(cfg).items() if not key.startswith("hydra.")}
 
 
 def what_it_sets(config_dir: Path, experiment: str) -> str:
     """``configs/experiment/<experiment>.yaml`` in one line: the options it picks, then its keys."""
-    cfg = OmegaConf.load(config_dir / "experiment" / f"{experiment}.yaml")
-    picks = [
-        f"{group.removeprefix('override /')}={option}"
-        for entry in cfg.pop("defaults", [])
-        for group, option in entry.items()
-    ]
-    return ", ".join(picks + settings(cfg))
+    picks, values = what_a_file_sets(config_dir / "experiment" / f"{experiment}.yaml")
+    return ", ".join(picks + [f"{key}={value}" for key, value in values.items()])
 
 
 def choose_recipe(argv: list[str], gpu: str | None, config_dir: Path) -> tuple[list[str], str]:

@@ -1,7 +1,6 @@
-"""From a composed Hydra config to a trained, checkpointed model.
-
-``train.py`` is a thin ``@hydra.main`` around :func:`train`; tests call :func:`train` directly
-with a composed config, so both go through exactly the same code.
+"""From a composed config to a trained, checkpointed model: :func:`train` validates the config once
+into a :class:`~seq2seq.config.RunConfig`, and everything after reads that. ``train.py`` and the
+tests both call it.
 """
 
 from __future__ import annotations
@@ -10,7 +9,7 @@ import logging
 import os
 import shutil
 from contextlib import nullcontext
-from dataclasses import asdict
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +22,9 @@ from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.utilities import rank_zero_only
 
 from seq2seq.checkpoint import LoadedModel
-from seq2seq.config import ConfigError, ModelConfig, RunConfig, validated_run
+from seq2seq.config import ConfigError, RunConfig, validated_run
 from seq2seq.data.datamodule import TranslationDataModule
-from seq2seq.data.resume import BatchOrder
+from seq2seq.data.sampler import BatchOrder
 from seq2seq.hardware import compile_blocker, describe, device_type, resolve_precision
 from seq2seq.memory import allocator_in_use
 from seq2seq.training.budget import Budget
@@ -35,7 +34,7 @@ from seq2seq.training.global_batch import GlobalBatch
 from seq2seq.training.init_from import load_weights, open_start
 from seq2seq.training.module import TranslationModule
 from seq2seq.training.monitoring import TensorBoardPanels
-from seq2seq.training.ownership import STARTUP_FILES, STARTUP_LOGS, not_writable, owned, resumes
+from seq2seq.training.ownership import not_writable, owned, resumes
 from seq2seq.training.progress_log import ProgressLog
 from seq2seq.training.time_shares import TimeShares
 
@@ -60,40 +59,37 @@ def check_run_directory(path: Path) -> None:
         )
 
 
-def run_directory(cfg: DictConfig) -> Path:
+def run_directory(cfg: DictConfig | RunConfig) -> Path:
     """Where the run writes: ``output_dir``, or else the directory Hydra made for this run."""
     return Path(cfg.output_dir or HydraConfig.get().runtime.output_dir)
 
 
-def discard_unstarted_run(run_dir: Path) -> None:
-    """Delete a run directory that holds only start-up files, so a run that fails before training
-    (a bad value, a missing corpus) leaves nothing behind; anything else in it is kept."""
-    if run_dir.is_dir() and all(
-        path.name in STARTUP_FILES or path.match(STARTUP_LOGS) for path in run_dir.iterdir()
-    ):
-        shutil.rmtree(run_dir, ignore_errors=True)
-
-
-def settle_machine_choices(cfg: DictConfig, model_cfg: ModelConfig) -> list[str]:
-    """Replace ``trainer.precision=auto`` by this machine's choice, so config.yaml and the hparams
-    hold a value that reproduces the run elsewhere, and turn a ``compile=true`` this machine cannot
-    honour into eager; logs and returns the hardware and the reasons."""
-    device = device_type(str(cfg.trainer.get("accelerator", "auto")))
-    precision, reason = resolve_precision(cfg.trainer.precision, model_cfg, device)
-    cfg.trainer.precision = precision
+def settle_machine_choices(run: RunConfig) -> tuple[RunConfig, list[str]]:
+    """``run`` with this machine's choices: ``trainer.precision=auto`` replaced by a precision, so
+    config.yaml and the hparams hold a value that reproduces the run elsewhere, and a
+    ``compile=true`` this machine cannot honour turned into eager. Logs and returns, as lines, the
+    hardware and the reasons."""
+    device = device_type(str(run.trainer.get("accelerator", "auto")))
+    precision, reason = resolve_precision(run.trainer["precision"], run.model, device)
     lines = [describe(), f"precision: {precision} ({reason})", f"allocator: {allocator_in_use()}"]
-    if cfg.compile:
+    compile_model = run.compile
+    if run.compile:
         blocker = compile_blocker(device)
-        cfg.compile = blocker is None
+        compile_model = blocker is None
         lines.append(f"compile: {'off' if blocker else 'on'} ({blocker or 'set explicitly'})")
     for line in lines:
         log.info("%s", line)
-    return lines
+    return replace(run, trainer={**run.trainer, "precision": precision}, compile=compile_model), lines
 
 
-def build_trainer(trainer_args: DictConfig, run: RunConfig, run_dir: Path) -> pl.Trainer:
-    """Lightning Trainer from ``trainer_args`` (``cfg.trainer``: any Lightning Trainer argument, so no
-    schema of ours) plus the callbacks and logger that ``run`` configures."""
+def config_yaml(run: RunConfig, header: list[str]) -> str:
+    """The run's ``config.yaml``: ``header`` as comment lines, then every key of ``run``."""
+    return "".join(f"# {line}\n" for line in header) + OmegaConf.to_yaml(OmegaConf.structured(run))
+
+
+def build_trainer(run: RunConfig, run_dir: Path) -> pl.Trainer:
+    """Lightning Trainer from ``run.trainer`` (any Lightning Trainer argument, so no schema of ours)
+    plus the callbacks and logger that ``run`` configures."""
     callbacks_cfg, logger_cfg = run.callbacks, run.logger
     ckpt_dir = run_dir / "checkpoints"
     callbacks: list[pl.Callback] = [
@@ -144,10 +140,9 @@ def build_trainer(trainer_args: DictConfig, run: RunConfig, run_dir: Path) -> pl
             TensorBoardLogger(str(run_dir), name="tensorboard", version="", default_hp_metric=False)
         )
         callbacks.append(TensorBoardPanels(logger_cfg.samples, logger_cfg.attention_images))
-    trainer_kwargs = OmegaConf.to_container(trainer_args, resolve=True)
     try:
         trainer = pl.Trainer(
-            **trainer_kwargs,
+            **run.trainer,
             default_root_dir=str(run_dir),
             callbacks=callbacks,
             logger=loggers or False,
@@ -162,42 +157,39 @@ def build_trainer(trainer_args: DictConfig, run: RunConfig, run_dir: Path) -> pl
 
 
 def train(cfg: DictConfig) -> dict[str, float]:
-    """Train as configured; returns the final logged metrics."""
-    run_dir = run_directory(cfg)
-    cfg.output_dir = str(run_dir)  # config.yaml says where the run went
+    """Train as ``cfg``, the composed config, says; returns the final logged metrics."""
     run = validated_run(cfg)
+    run_dir = run_directory(run)
+    run = replace(run, output_dir=str(run_dir))  # config.yaml says where the run went
     if run.ckpt_path is not None and not Path(run.ckpt_path).is_file():
         raise ConfigError(f"ckpt_path: no checkpoint at {run.ckpt_path}")
     start = open_start(run)
     claim = owned(run_dir, resumes(run.ckpt_path, run_dir), run.overwrite_output_dir)
     with claim if rank_zero_only.rank == 0 else nullcontext():  # the other ranks write where rank 0 holds
         check_run_directory(run_dir)
-        return _train_in(run_dir, cfg, run, start)
+        return _train_in(run_dir, run, start)
 
 
-def _train_in(run_dir: Path, cfg: DictConfig, run: RunConfig, start: LoadedModel | None) -> dict[str, float]:
+def _train_in(run_dir: Path, run: RunConfig, start: LoadedModel | None) -> dict[str, float]:
     """The run itself, once ``run_dir`` is known to be this run's to write; ``start``: what
     ``init_from`` names, whose tokenizer the run keeps (also when it resumes)."""
-    model_cfg, data_cfg, optim_cfg, decode_cfg = run.model, run.data, run.optim, run.decode
-    header = settle_machine_choices(cfg, model_cfg)
+    run, header = settle_machine_choices(run)
     if rank_zero_only.rank == 0:  # every rank of a torchrun or SLURM launch runs this; one writes
-        (run_dir / "config.yaml").write_text(
-            "".join(f"# {line}\n" for line in header) + OmegaConf.to_yaml(cfg, resolve=True)
-        )
+        (run_dir / "config.yaml").write_text(config_yaml(run, header))
     pl.seed_everything(run.seed, workers=True)
     if torch.cuda.is_available():
         torch.set_float32_matmul_precision("high")  # TF32 matmuls on Ampere+; no effect on CPU
 
-    datamodule = TranslationDataModule(data_cfg, seed=run.seed, tokenizer=start.tokenizer if start else None)
+    datamodule = TranslationDataModule(run.data, seed=run.seed, tokenizer=start.tokenizer if start else None)
     datamodule.setup("fit")  # in every process: one per cache directory builds, the others load it
     if rank_zero_only.rank == 0:
         datamodule.tokenizer.save(run_dir)
 
     module = TranslationModule(
-        model=asdict(model_cfg),
-        optim=asdict(optim_cfg),
-        decode=asdict(decode_cfg),
-        data=asdict(data_cfg),
+        model=run.model,
+        optim=run.optim,
+        decode=run.decode,
+        data=run.data,
         src_vocab_size=datamodule.tokenizer.src_vocab_size,
         tgt_vocab_size=datamodule.tokenizer.tgt_vocab_size,
         skip_nonfinite=run.skip_nonfinite,
@@ -207,9 +199,9 @@ def _train_in(run_dir: Path, cfg: DictConfig, run: RunConfig, start: LoadedModel
         load_weights(module, start)
     n_params = module.model.num_parameters()
     log.info("model: %.2fM parameters; run directory: %s", n_params / 1e6, run_dir)
-    if cfg.compile:
+    if run.compile:
         module.model.compile()  # in place, so checkpoint keys stay unchanged
-    trainer = build_trainer(cfg.trainer, run, run_dir)
+    trainer = build_trainer(run, run_dir)
     try:
         trainer.fit(module, datamodule=datamodule, ckpt_path=run.ckpt_path)
     except SystemExit:

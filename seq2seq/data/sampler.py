@@ -1,29 +1,145 @@
-"""Which training batch comes next: each epoch's shuffle and, after a resume, the batches of the
-interrupted epoch that the checkpointed run had not trained on, so that a resumed run ends with the
-same weights and step count as one that was never interrupted (tests/test_faults.py), and a run
-resumed with another number of processes still trains each pair of that epoch exactly once
-(tests/test_resume_world_size.py).
+"""The training batch sampler and the order in which it deals its batches.
 
-All of it is :class:`BatchOrder`; the batch sampler only offers ``set_epoch`` and ``continue_epoch``.
-Lightning does neither for a custom batch sampler: it calls ``set_epoch`` only on a loader's
-``sampler`` and ``batch_sampler.sampler``, and after a mid-epoch resume it would start the epoch
-again at its first batch (warning that the resume is not exact).
+:class:`TokenBudgetBatchSampler` deals token-budget batches (:func:`~seq2seq.data.batching.pack`)
+to the ranks; all its randomness derives from (seed, epoch), so every rank computes the same batch
+list without communicating. :class:`BatchOrder`, a Lightning callback, sets each epoch on it (or
+on :class:`~seq2seq.data.stream.StreamedBatchSampler`) and, after a resume, leaves out of the
+interrupted epoch the batches trained before, also with another number of processes, so that the
+resumed run ends as one never interrupted would. Lightning does neither for a custom batch sampler:
+it calls ``set_epoch`` only on a loader's ``sampler`` and ``batch_sampler.sampler``, and starts an
+epoch resumed mid-way again at its first batch.
 """
 
 from __future__ import annotations
 
 import warnings
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
 from typing import Any
 
+import numpy as np
 import pytorch_lightning as pl
+from torch.utils.data import Sampler
 
 from seq2seq.config import ConfigError
-from seq2seq.data.batching import Stop, TokenBudgetBatchSampler
+from seq2seq.data.batching import Stop, pack
 from seq2seq.data.stream import StreamedBatchSampler
 
 RESUME_WARNING = "You're resuming from a checkpoint that ended before the epoch ended"
-Samplers = (TokenBudgetBatchSampler, StreamedBatchSampler)  # the training batch samplers this orders
+
+
+def _split_to_multiple(batches: list[np.ndarray], world_size: int) -> list[np.ndarray]:
+    """Halve the largest batches until every rank can get the same number of them."""
+    batches = list(batches)
+    while len(batches) % world_size:
+        largest = max(range(len(batches)), key=lambda i: len(batches[i]))
+        if len(batches[largest]) < 2:
+            raise ValueError(f"{sum(map(len, batches))} examples cannot fill {world_size} ranks")
+        half = len(batches[largest]) // 2
+        big = batches.pop(largest)
+        batches[largest:largest] = [big[:half], big[half:]]
+    return batches
+
+
+def _left_after(batches: list[np.ndarray], stops: Sequence[Stop]) -> tuple[int, list[np.ndarray]]:
+    """The batches per rank that runs stopped at ``stops`` had done, and the batches they left.
+
+    A run of N ranks that did k batches each consumed exactly the first k*N batches of its list
+    (rank r took r, r+N, ...); the next run re-splits the rest for its own number of ranks.
+    """
+    done = 0
+    for world_size, stop in stops:
+        batches = _split_to_multiple(batches, world_size)[(stop - done) * world_size :]
+        done = stop
+    return done, batches
+
+
+class TokenBudgetBatchSampler(Sampler[list[int]]):
+    """Yields lists of dataset indices whose padded size stays within ``max_tokens``.
+
+    ``set_epoch`` picks the epoch's deterministic shuffle and ``continue_epoch`` leaves out what
+    earlier runs trained of it; in training, :class:`BatchOrder` calls both.
+    With ``world_size > 1`` ranks get disjoint, equally many batches.
+    """
+
+    def __init__(
+        self,
+        lengths: np.ndarray,
+        max_tokens: int,
+        shuffle: bool,
+        seed: int,
+        rank: int = 0,
+        world_size: int = 1,
+    ) -> None:
+        self.lengths = np.asarray(lengths, dtype=np.int64)
+        if self.lengths.size and self.lengths.max() > max_tokens:
+            raise ValueError(f"an example of length {self.lengths.max()} exceeds max_tokens={max_tokens}")
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank {rank} is outside world_size {world_size}")
+        self.max_tokens = max_tokens
+        self.shuffle = shuffle
+        self.seed = seed
+        self.rank = rank
+        self.world_size = world_size
+        self.epoch = 0
+        self._stops: tuple[int, tuple[Stop, ...]] = (0, ())  # (epoch, stops): they apply to that epoch only
+        self._cached: tuple[tuple, tuple[int, list[np.ndarray]]] | None = None
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def continue_epoch(self, stops: Sequence[Stop]) -> None:
+        """Leave out of the current epoch what earlier runs over it trained, for every pass over it.
+
+        ``stops`` lists each earlier run's world size and the batches per rank it had done when it
+        stopped (Lightning's count, which a resumed run carries on from), oldest first. One stop of
+        this sampler's own world size skips that many batches of the epoch; another world size
+        re-deals the rest. Raises ValueError when the rest cannot give every rank a batch.
+        """
+        self._stops = (self.epoch, tuple((int(size), int(done)) for size, done in stops))
+        self._plan()
+
+    def _current_stops(self) -> tuple[Stop, ...]:
+        epoch, stops = self._stops
+        return stops if epoch == self.epoch else ()
+
+    def _laid_out(self, world_size: int) -> list[np.ndarray]:
+        """The current epoch's batches in the order a run of ``world_size`` ranks deals them."""
+        rng = np.random.default_rng([self.seed, self.epoch])
+        if self.shuffle:  # noise < 1 only reorders equal lengths
+            order = np.argsort(self.lengths + rng.random(len(self.lengths)), kind="stable")
+        else:
+            order = np.argsort(self.lengths, kind="stable")
+        batches = _split_to_multiple(pack(order, self.lengths, self.max_tokens), world_size)
+        if self.shuffle:
+            batches = [batches[i] for i in rng.permutation(len(batches))]
+        return batches
+
+    def _plan(self) -> tuple[int, list[np.ndarray]]:
+        """Batches done before this run, and this rank's batches of the rest; computed once per epoch."""
+        stops = self._current_stops()
+        key = (self.epoch, stops)
+        if self._cached is None or self._cached[0] != key:
+            first = stops[0][0] if stops else self.world_size
+            done, rest = _left_after(self._laid_out(first), stops)
+            rest = _split_to_multiple(rest, self.world_size)
+            self._cached = (key, (done, rest[self.rank :: self.world_size]))
+        return self._cached[1]
+
+    def __iter__(self) -> Iterator[list[int]]:
+        # A generator: the epoch is read at the first batch, not when iter() is called,
+        # because Lightning may create the iterator before it calls set_epoch.
+        for batch in self._plan()[1]:
+            yield batch.tolist()
+
+    def __len__(self) -> int:
+        """Batches per epoch on this rank, counting those done before a resume: Lightning counts
+        them as done when it resumes mid-epoch. Equal on every rank."""
+        done, batches = self._plan()
+        return done + len(batches)
+
+
+Samplers = (TokenBudgetBatchSampler, StreamedBatchSampler)  # the training batch samplers BatchOrder orders
 
 
 def stops_to_continue(saved: dict[str, Any], epoch: int, done: int, world_size: int) -> list[Stop]:

@@ -20,14 +20,9 @@ import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from seq2seq.checkpoint import KEY, read_checkpoint
+from seq2seq.hardware import cpu_class
 
-ROOT = Path(__file__).resolve().parent.parent
-CPU_CLASSES = (  # the first flag the hardware line lists as present names the class
-    ("amx_bf16", "AMX (bf16)"),
-    ("avx512_bf16", "AVX512-BF16 without AMX"),
-    ("avx512f", "AVX-512 without AVX512-BF16"),
-    ("avx2", "AVX2 (fp32)"),
-)
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class RecordError(Exception):
@@ -43,16 +38,6 @@ def header_lines(config_text: str) -> dict[str, str]:
         name, _, value = line[2:].partition(": ")
         found[name] = value
     return found
-
-
-def cpu_class(hardware_line: str) -> str:
-    """The CPU class of a ``seq2seq.hardware.describe`` line: what ``auto`` and the kernels can use."""
-    flags = hardware_line.split(", flags ", 1)[-1].split(",", 1)[0]
-    present = set(flags.split(" (no ", 1)[0].split())
-    gpu = hardware_line.rsplit(", gpu ", 1)[-1]
-    if gpu != "none":
-        return f"GPU: {gpu}"
-    return next((name for flag, name in CPU_CLASSES if flag in present), "no AVX2")
 
 
 def precision_note(header_value: str | None) -> str | None:
@@ -140,7 +125,7 @@ def record(run_dir: Path, name: str, test_metrics: list[Path], machine: str | No
         "kind": "result",
         "name": name,
         "commit": commit(),
-        "provenance": f"bench/results_page.py record {run_dir.name}",
+        "provenance": f"python -m tools.docs.results_page record {run_dir.name}",
         "experiment": experiment,
         "overrides": [o for o in overrides if not o.startswith("experiment=")],
         "model": model_description(config["model"]),

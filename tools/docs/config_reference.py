@@ -2,11 +2,11 @@
 options (``configs/``) and the width records (``docs/records/``), so that each fact keeps its one
 owner: a key's type, default and meaning are its schema field and that field's comment.
 
-The page holds each table between ``<!-- config: NAME -->`` and ``<!-- /config -->``; this script
+The page holds each table between ``<!-- config: NAME -->`` and ``<!-- /config -->``; this tool
 rewrites them, and ``--check`` says where the page and its sources differ (exit 1).
 
-    python bench/config_reference.py             # rewrite the tables
-    python bench/config_reference.py --check     # exit 1 with the first difference
+    python -m tools.docs.config_reference             # rewrite the tables
+    python -m tools.docs.config_reference --check     # exit 1 with the first difference
 """
 
 from __future__ import annotations
@@ -27,13 +27,10 @@ from typing import Any
 import pytorch_lightning as pl
 from omegaconf import DictConfig, OmegaConf
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from results_page import first_difference, load_records, markdown, number  # noqa: E402
-
-from seq2seq.config import RunConfig  # noqa: E402
-from seq2seq.training.overrides import compose_run  # noqa: E402
-from seq2seq.training.recipe import CPU_RECIPE, GPU_RECIPE  # noqa: E402
+from seq2seq.config import RunConfig, dotted
+from seq2seq.training.overrides import compose_run
+from seq2seq.training.recipe import CPU_RECIPE, GPU_RECIPE, what_a_file_sets
+from tools.docs.results_page import ROOT, first_difference, load_records, markdown, number
 
 PAGE = ROOT / "docs" / "configuration.md"
 CONFIGS = ROOT / "configs"
@@ -161,33 +158,13 @@ def leading_comment(path: Path) -> str:
     return " ".join(first.split())
 
 
-def leaves(cfg: DictConfig, prefix: str = "") -> dict[str, Any]:
-    """``{"optim.lr": 0.0015, ...}``: the values a config sets, by dotted key."""
-    found = {}
-    for key, value in cfg.items():
-        if isinstance(value, DictConfig):
-            found |= leaves(value, f"{prefix}{key}.")
-        else:
-            found[f"{prefix}{key}"] = value
-    return found
-
-
 def what_it_sets(path: Path) -> str:
     """The options a group file picks (or builds on) and the keys it sets, Hydra's own left out."""
     if path == TRAINER_DEFAULTS:
         return "the defaults of the `trainer.*` keys above"
-    cfg = OmegaConf.load(path)
-    picks = []
-    for entry in cfg.pop("defaults", []):
-        if isinstance(entry, str):
-            picks += [] if entry == "_self_" else [f"all of `{entry}`"]
-        else:
-            picks += [f"`{group.removeprefix('override /')}={option}`" for group, option in entry.items()]
-    keys = [
-        code(f"{key}={yaml_value(value)}")
-        for key, value in leaves(cfg).items()
-        if not key.startswith("hydra.")
-    ]
+    entries, values = what_a_file_sets(path)
+    picks = [f"`{entry}`" if "=" in entry else f"all of `{entry}`" for entry in entries]
+    keys = [code(f"{key}={yaml_value(value)}") for key, value in values.items()]
     return ", ".join(picks + keys) or "nothing: the schema's defaults"
 
 
@@ -219,10 +196,10 @@ def options_block() -> str:
 def recipes_block() -> str:
     """Every key whose value under a recipe differs from its default above: what ``python train.py``
     runs without and with a CUDA GPU, the options the recipe picks included."""
-    defaults = leaves(OmegaConf.structured(RunConfig)) | leaves(
+    defaults = dotted(OmegaConf.structured(RunConfig)) | dotted(
         OmegaConf.create({"trainer": OmegaConf.load(TRAINER_DEFAULTS)})
     )
-    recipes = [leaves(compose_run(CONFIGS, [f"experiment={name}"])) for name in (CPU_RECIPE, GPU_RECIPE)]
+    recipes = [dotted(compose_run(CONFIGS, [f"experiment={name}"])) for name in (CPU_RECIPE, GPU_RECIPE)]
     rows = [
         [code(key), code(yaml_value(default)), *(code(yaml_value(recipe[key])) for recipe in recipes)]
         for key, default in defaults.items()

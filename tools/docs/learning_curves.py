@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-PICTURE = Path(__file__).resolve().parent.parent / "docs" / "learning-curves.png"
+PICTURE = Path(__file__).resolve().parents[2] / "docs" / "learning-curves.png"
 TABLE = "curves"
 KEY = "records-sha256"
 
@@ -70,5 +70,5 @@ def draw(records: dict[str, dict[str, Any]], path: Path = PICTURE) -> None:
 def stale(records: dict[str, dict[str, Any]], path: Path = PICTURE) -> str | None:
     """Why the picture does not show these records, or None when it does."""
     if stored_hash(path) != records_hash(records):
-        return f"{path.name} was not drawn from the current records: run python bench/results_page.py"
+        return f"{path.name} was not drawn from the current records: run python -m tools.docs.results_page"
     return None

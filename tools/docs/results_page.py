@@ -1,14 +1,14 @@
-"""The documentation's figures, rendered from the records in ``docs/records/`` (one JSON per run or
-measurement), so that each figure has one owner: the record the run wrote.
+"""The figures of README.md and docs/*.md, rendered from the records in ``docs/records/`` (one JSON
+per run or measurement), so that each figure has one owner: the record the run wrote.
 
 A page holds a rendered table between ``<!-- records: TABLE -->`` and ``<!-- /records -->``; this
-script rewrites every such block of README.md and docs/*.md and redraws the learning curves
-(``learning_curves.py``) when their records changed, ``--check`` says where a page or the picture and
-the records differ (exit 1), and ``record`` turns a finished run directory into a record.
+tool rewrites every such block and redraws the learning curves (``learning_curves.py``) when their
+records changed; ``--check`` says where a page or the picture and the records differ (exit 1), and
+``record`` turns a finished run directory into a record (``run_record.py``).
 
-    python bench/results_page.py                 # rewrite the blocks
-    python bench/results_page.py --check         # exit 1 with the first difference
-    python bench/results_page.py record runs/<run> --name NAME --test-metrics test.json \
+    python -m tools.docs.results_page                 # rewrite the blocks
+    python -m tools.docs.results_page --check         # exit 1 with the first difference
+    python -m tools.docs.results_page record runs/<run> --name NAME --test-metrics test.json \
         [--machine "AMD EPYC (Zen 1)"] [--table results]
 """
 
@@ -22,10 +22,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import learning_curves
+from tools.docs import learning_curves
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 RECORDS = ROOT / "docs" / "records"
 BLOCK = re.compile(r"(<!-- records: ([\w-]+)(?: ([\w.-]+))? -->\n)(.*?)(<!-- /records -->)", re.S)
 NOT_MEASURED = "not measured"
@@ -298,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     make.add_argument("--table", action="append", default=[], help="show it in this table (repeat)")
     args = parser.parse_args(argv)
     if args.command == "record":
-        from run_record import record  # tensorboard and torch: only this command needs them
+        from tools.docs.run_record import record  # tensorboard and torch: only this command needs them
 
         data = record(args.run_dir, args.name, args.test_metrics, args.machine)
         data["tables"] = {table: {"row": 99} for table in args.table}
