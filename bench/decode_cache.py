@@ -12,13 +12,12 @@ their core.
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable
 
 import torch
 
 from bench.decoders import add_model_arguments, forced, random_model
-from bench.measure import add_target_option, median_times, ratio_line, target_for, targets
+from bench.measure import bench_parser, median_times, ratio_line, target_for, targets
 from seq2seq.decoding import generate, greedy_search
 from seq2seq.hardware import describe
 from seq2seq.model import Transformer
@@ -53,11 +52,8 @@ def bench_cache(model: Transformer, src: torch.Tensor, reps: int) -> dict[str, f
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = bench_parser(__doc__, TARGETS)
     add_model_arguments(parser)
-    add_target_option(parser, TARGETS)
     args = parser.parse_args()
     print(describe())
     setup = random_model(args)

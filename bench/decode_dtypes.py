@@ -14,7 +14,6 @@ one of them; on a GPU also the seconds themselves (``decode_test_*``), on a CPU 
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import tempfile
 import time
@@ -23,7 +22,7 @@ from pathlib import Path
 import torch
 
 from bench.decoders import export_engines
-from bench.measure import add_target_option, ratio_line, target_for, targets
+from bench.measure import bench_parser, ratio_line, target_for, targets
 from seq2seq.checkpoint import LoadedModel, load_model
 from seq2seq.data import corpus
 from seq2seq.decoding.shortlist import default_path
@@ -111,9 +110,7 @@ def compare_dtypes(ckpt: str, device: torch.device, names: list[str], reps: int)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = bench_parser(__doc__, TARGETS)
     parser.add_argument("--ckpt", required=True, help="the trained checkpoint whose test split is decoded")
     parser.add_argument(
         "--decoders",
@@ -126,7 +123,6 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3, help="timed repetitions of each decoder")
     parser.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's choice)")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    add_target_option(parser, TARGETS)
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: torch sees no CUDA GPU here")

@@ -9,11 +9,17 @@ baseline (``--baseline-ckpt``, e.g. the previous default run's checkpoint) inter
 
 from __future__ import annotations
 
-import argparse
 import statistics
 from pathlib import Path
 
-from bench.measure import add_target_option, decode_split, held_out_test, ratio_line, target_for, targets
+from bench.measure import (
+    bench_parser,
+    decode_split,
+    held_out_test,
+    ratio_line,
+    target_for,
+    targets,
+)
 from seq2seq.hardware import describe
 from seq2seq.inference.backends import open_model
 
@@ -55,13 +61,10 @@ def bench_models(baseline_ckpt: str, ckpt: str, reps: int) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = bench_parser(__doc__, TARGETS)
     parser.add_argument("--ckpt", required=True, help="the trained model, whose test split is decoded")
     parser.add_argument("--baseline-ckpt", required=True, help="the trained model it is compared with")
     parser.add_argument("--reps", type=int, default=3, help="timed repetitions of each model")
-    add_target_option(parser, TARGETS)
     args = parser.parse_args()
     print(describe())
     goals = targets(args)

@@ -16,7 +16,6 @@ CTranslate2 int8/float32 and transformers exports.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -26,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.loop_run import pythonpath_of
-from bench.measure import ROOT, add_target_option, ratio_line, target_for, targets
+from bench.measure import ROOT, bench_parser, ratio_line, target_for, targets
 from seq2seq.hardware import describe
 
 TARGETS = {
@@ -145,9 +144,7 @@ def compare(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = bench_parser(__doc__, TARGETS)
     parser.add_argument("--ckpt", type=Path, required=True, help="the trained checkpoint both sides decode")
     parser.add_argument("--peer", type=Path, required=True, help="the other checkout's root")
     parser.add_argument("--reps", type=int, default=3, help="repetitions of each decoder")
@@ -156,7 +153,6 @@ def main() -> None:
         "--dtypes", nargs="+", default=["bfloat16", "float32"], help="compute dtypes of both sides"
     )
     parser.add_argument("--no-exports", action="store_true", help="without the exports")
-    add_target_option(parser, TARGETS)
     args = parser.parse_args()
     print(describe())
     goals = targets(args)

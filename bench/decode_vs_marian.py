@@ -13,7 +13,6 @@ idle machine (OpenMP's default wait policy, as in ``bench/decode_cache.py``).
 
 from __future__ import annotations
 
-import argparse
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -21,7 +20,7 @@ from pathlib import Path
 import torch
 
 from bench.decoders import add_model_arguments, export_engines, forced, random_model
-from bench.measure import add_target_option, median_times, ratio_line, target_for, targets
+from bench.measure import bench_parser, median_times, ratio_line, target_for, targets
 from seq2seq.config import ModelConfig
 from seq2seq.data.tokenizer import EOS_ID, PAD_ID
 from seq2seq.decoding import generate
@@ -117,12 +116,9 @@ def bench_engines(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = bench_parser(__doc__, TARGETS)
     add_model_arguments(parser)
     parser.add_argument("--length", type=int, default=32, help="forced output length")
-    add_target_option(parser, TARGETS)
     args = parser.parse_args()
     print(describe())
     setup = random_model(args)

@@ -11,14 +11,13 @@ best policy of each column.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
 import subprocess
 import sys
 
-from bench.measure import ROOT, add_target_option, busy_process, ratio_line, target_for, targets
+from bench.measure import ROOT, bench_parser, busy_process, ratio_line, target_for, targets
 from seq2seq.threads import DECODERS, USER_SETTINGS, wait_policy
 
 POLICIES = {  # label -> OpenMP variables
@@ -59,14 +58,11 @@ def timed(ckpt: str, sentences: int, policy: dict[str, str]) -> dict[str, float]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = bench_parser(__doc__, TARGETS)
     parser.add_argument("--ckpt", required=True)
     parser.add_argument("--sentences", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--busy", action="store_true", help="beside one process spinning on a core")
-    add_target_option(parser, TARGETS)
     args = parser.parse_args()
     runs: dict[str, list[dict[str, float]]] = {label: [] for label in POLICIES}
     with busy_process() if args.busy else contextlib.nullcontext():

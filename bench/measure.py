@@ -160,6 +160,13 @@ def _target_value(text: str) -> tuple[str, float]:
     return name, int(number) if number.is_integer() else number
 
 
+def bench_parser(doc: str | None, defaults: dict[str, float]) -> argparse.ArgumentParser:
+    """A benchmark's command line: its docstring as the description, and ``--target`` for ``defaults``."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_target_option(parser, defaults)
+    return parser
+
+
 def add_target_option(parser: argparse.ArgumentParser, defaults: dict[str, float]) -> None:
     """``--target NAME=VALUE``, repeatable: the target of the ratios whose names start with NAME.
     ``defaults`` (the script's targets, by ratio name or prefix) are listed in ``--help``."""

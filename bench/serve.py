@@ -31,7 +31,7 @@ import torch
 from bench.measure import (
     CORPUS,
     ROOT,
-    add_target_option,
+    bench_parser,
     ratio_line,
     sample_corpus_pairs,
     target_for,
@@ -132,14 +132,11 @@ def mean_batch(url: str) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = bench_parser(__doc__, TARGETS)
     parser.add_argument("--ckpt", type=Path, help="a trained checkpoint (default: random small weights)")
     parser.add_argument("--seconds", type=float, default=60.0, help="length of the measured load (60)")
     parser.add_argument("--clients", type=int, default=32, help="concurrent clients (32)")
     parser.add_argument("--sentences", type=int, default=500, help="distinct corpus sentences (500)")
-    add_target_option(parser, TARGETS)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         ckpt = args.ckpt or random_checkpoint(Path(tmp))

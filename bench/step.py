@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from bench.measure import model_config, sample_corpus_pairs
+from bench.measure import bench_parser, model_config, sample_corpus_pairs, targets
 from seq2seq.config import ModelConfig
 from seq2seq.data.batching import Batch, collate, pad_ids
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, TranslationTokenizer
@@ -252,6 +252,17 @@ def corpus_data(args: argparse.Namespace) -> Data:
     tokenizer = TranslationTokenizer.train(sources, targets, VOCAB, shared=True)
     print(f"threads {torch.get_num_threads()}, dtype {args.dtype}, compile {getattr(args, 'compile', False)}")
     return tokenizer, sources, targets
+
+
+def step_bench(
+    doc: str | None, defaults: dict[str, float]
+) -> tuple[argparse.Namespace, torch.dtype, Data, dict[str, float]]:
+    """A step benchmark's command line read, and what each needs: its dtype (threads set), the
+    corpus, and the targets of its ratios."""
+    parser = bench_parser(doc, defaults)
+    add_step_arguments(parser)
+    args = parser.parse_args()
+    return args, start(args), corpus_data(args), targets(args)
 
 
 def compute_dtype(args: argparse.Namespace) -> torch.dtype:

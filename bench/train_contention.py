@@ -18,14 +18,12 @@ import contextlib
 import statistics
 
 from bench.measure import (
-    add_target_option,
     busy_process,
     median_times,
     ratio_line,
     target_for,
-    targets,
 )
-from bench.step import Twins, add_step_arguments, corpus_data, start, twins, variant
+from bench.step import Twins, step_bench, twins, variant
 
 TARGETS = {
     "train_contention_keep": 0.45,  # ours keeps at least this share of its idle tokens/s
@@ -55,15 +53,7 @@ def bench_contention(models: Twins, args: argparse.Namespace) -> list[tuple[str,
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    add_step_arguments(parser)
-    add_target_option(parser, TARGETS)
-    args = parser.parse_args()
-    dtype = start(args)
-    data = corpus_data(args)
-    goals = targets(args)
+    args, dtype, data, goals = step_bench(__doc__, TARGETS)
     for size in args.sizes:
         for name, value in bench_contention(twins(size, args, data, dtype), args):
             print(ratio_line(name, value, target_for(name, goals)))

@@ -13,11 +13,10 @@ from __future__ import annotations
 import seq2seq.threads  # noqa: F401  (OpenMP's wait policy as in training: before torch loads)
 
 # isort: split
-import argparse
 
 import torch
 
-from bench.measure import add_target_option, median_times, ratio_line, target_for, targets
+from bench.measure import bench_parser, median_times, ratio_line, target_for, targets
 from bench.step import Twins, add_step_arguments, corpus_data, ours_loss, start, train_step_fn, twins
 
 TARGETS = {"train_auto_vs_best_precision": 0.95}  # auto's pick at least this share of the fastest's speed
@@ -39,11 +38,8 @@ def bench_precisions(models: Twins, chosen: torch.dtype, reps: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = bench_parser(__doc__, TARGETS)
     add_step_arguments(parser, dtypes=())
-    add_target_option(parser, TARGETS)
     args = parser.parse_args()
     args.dtype = "auto"
     chosen = start(args)

@@ -22,8 +22,13 @@ import argparse
 
 import torch
 
-from bench.measure import add_target_option, median_times, ratio_line, square_matmul, target_for, targets
-from bench.step import Twins, add_step_arguments, corpus_data, start, twins, variant
+from bench.measure import (
+    median_times,
+    ratio_line,
+    square_matmul,
+    target_for,
+)
+from bench.step import Twins, step_bench, twins, variant
 
 TARGETS = {
     "train_tokens_per_s_vs_nn_transformer": 1.15,  # ours at least this many times the twin's tokens/s
@@ -56,15 +61,7 @@ def bench_size(models: Twins, args: argparse.Namespace, dtype: torch.dtype) -> l
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    add_step_arguments(parser)
-    add_target_option(parser, TARGETS)
-    args = parser.parse_args()
-    dtype = start(args)
-    data = corpus_data(args)
-    goals = targets(args)
+    args, dtype, data, goals = step_bench(__doc__, TARGETS)
     ratios = [
         ratio for name in args.sizes for ratio in bench_size(twins(name, args, data, dtype), args, dtype)
     ]

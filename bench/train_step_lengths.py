@@ -17,15 +17,18 @@ import argparse
 
 import torch
 
-from bench.measure import add_target_option, median_times, model_config, ratio_line, target_for, targets
+from bench.measure import (
+    median_times,
+    model_config,
+    ratio_line,
+    target_for,
+)
 from bench.step import (
     VOCAB,
     Data,
-    add_step_arguments,
-    corpus_data,
     fixed_length_batch,
     ours_loss,
-    start,
+    step_bench,
     train_step_fn,
     variant,
 )
@@ -55,15 +58,7 @@ def bench_lengths(name: str, args: argparse.Namespace, data: Data, dtype: torch.
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    add_step_arguments(parser)
-    add_target_option(parser, TARGETS)
-    args = parser.parse_args()
-    dtype = start(args)
-    data = corpus_data(args)
-    goals = targets(args)
+    args, dtype, data, goals = step_bench(__doc__, TARGETS)
     for size in args.sizes:
         name = f"train_time_per_token_len64_vs_len16_{variant(size, args)}"
         print(ratio_line(name, bench_lengths(size, args, data, dtype), target_for(name, goals)))
