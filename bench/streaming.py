@@ -41,6 +41,8 @@ TARGETS = {
     "streamed_loader_tokens_per_s_ratio": 0.9,  # the streamed loader at least this share of in-memory's
     "memory_rank_peak_rss_growth": 1.10,  # peak memory at the largest corpus over the smallest's, at most
     "streamed_rank_peak_rss_growth": 1.10,
+    "streamed_cold_anonymous_growth": 1.10,  # the cold build's anonymous memory, largest over smallest
+    "streamed_warm_start_s": 10.0,  # process start to the first training batch, at most
 }
 MODES = {"memory": False, "streamed": True}
 
@@ -87,19 +89,22 @@ def run(path: Path, cache_dir: Path, streaming: bool, batches: int) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def measure(pairs: int, scratch: Path, corpora: Path, repeats: int, batches: int) -> dict[str, dict]:
-    """Cold and warm runs of both paths on a corpus of ``pairs`` pairs (written into ``corpora``
-    unless it is there: the same seed writes the same bytes)."""
+def measure(
+    pairs: int, scratch: Path, corpora: Path, repeats: int, batches: int, modes: list[str]
+) -> dict[str, dict]:
+    """Cold and warm runs of the paths ``modes`` on a corpus of ``pairs`` pairs (written into
+    ``corpora`` unless it is there: the same seed writes the same bytes)."""
     corpus = corpora / f"synthetic-{pairs}.tsv"
     if not corpus.is_file():
         print(f"{pairs} pairs: corpus written in {write_corpus(corpus, pairs):.0f} s", flush=True)
     results = {}
-    for mode, streaming in MODES.items():
+    for mode in modes:
         cache = scratch / f"cache-{pairs}-{mode}"
-        results[mode] = {"cold": run(corpus, cache, streaming, batches), "warm": []}
+        results[mode] = {"cold": run(corpus, cache, MODES[mode], batches), "warm": []}
         print(f"{pairs} {mode} cold: {json.dumps(results[mode]['cold'])}", flush=True)
     for _ in range(repeats):  # alternated, so both paths see the same background load
-        for mode, streaming in MODES.items():
+        for mode in modes:
+            streaming = MODES[mode]
             warm = run(corpus, scratch / f"cache-{pairs}-{mode}", streaming, batches)
             results[mode]["warm"].append(warm)
             print(f"{pairs} {mode} warm: {json.dumps(warm)}", flush=True)
@@ -114,7 +119,7 @@ def rows(sizes: dict[int, dict[str, dict]]) -> tuple[list[list[str]], list[tuple
     """The record's rows and the RATIO lines."""
     table, ratios = [], []
     for pairs, results in sizes.items():
-        for mode in MODES:
+        for mode in results:
             cold, warm = results[mode]["cold"], results[mode]["warm"]
             table.append(
                 [
@@ -126,16 +131,29 @@ def rows(sizes: dict[int, dict[str, dict]]) -> tuple[list[list[str]], list[tuple
                     f"{_median(warm, 'tokens_per_s'):,.0f}",
                 ]
             )
-        ratio = _median(results["streamed"]["warm"], "tokens_per_s") / _median(
-            results["memory"]["warm"], "tokens_per_s"
-        )
-        ratios.append((f"streamed_loader_tokens_per_s_ratio_{pairs}", ratio))
-    smallest, largest = min(sizes), max(sizes)
-    for mode in MODES if largest > smallest else ():
+        if len(results) == len(MODES):
+            ratio = _median(results["streamed"]["warm"], "tokens_per_s") / _median(
+                results["memory"]["warm"], "tokens_per_s"
+            )
+            ratios.append((f"streamed_loader_tokens_per_s_ratio_{pairs}", ratio))
+        if "streamed" in results:
+            start = _median(results["streamed"]["warm"], "first_batch_s")
+            ratios.append((f"streamed_warm_start_s_{pairs}", start))
+    for mode in MODES:
+        measured = [pairs for pairs, results in sizes.items() if mode in results]
+        smallest, largest = min(measured, default=0), max(measured, default=0)
+        if largest == smallest:
+            continue
         grow = _median(sizes[largest][mode]["warm"], "rank_peak_rss_gib") / _median(
             sizes[smallest][mode]["warm"], "rank_peak_rss_gib"
         )
         ratios.append((f"{mode}_rank_peak_rss_growth_{largest}_over_{smallest}", grow))
+        if mode == "streamed":
+            cold = (
+                sizes[largest][mode]["cold"]["peak_anonymous_gib"]
+                / sizes[smallest][mode]["cold"]["peak_anonymous_gib"]
+            )
+            ratios.append((f"streamed_cold_anonymous_growth_{largest}_over_{smallest}", cold))
     return table, ratios
 
 
@@ -156,6 +174,11 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=BATCHES, help="training batches read per warm run")
     parser.add_argument("--record", type=Path, help="write the table record here")
     parser.add_argument("--corpora", type=Path, help="keep the synthetic corpora here (default: deleted)")
+    parser.add_argument(
+        "--memory-up-to",
+        type=int,
+        help="run the in-memory path only on corpora up to this many pairs (its build is the slower)",
+    )
     parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
     add_target_option(parser, TARGETS)
     args = parser.parse_args()
@@ -168,7 +191,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         for pairs in args.pairs:  # the record is rewritten after each size: a long run keeps its part
             corpora = args.corpora or Path(scratch)
-            sizes[pairs] = measure(pairs, Path(scratch), corpora, args.repeats, args.batches)
+            with_memory = args.memory_up_to is None or pairs <= args.memory_up_to
+            modes = list(MODES) if with_memory else ["streamed"]
+            sizes[pairs] = measure(pairs, Path(scratch), corpora, args.repeats, args.batches, modes)
             report(args, machine, *rows(sizes))
 
 
@@ -180,7 +205,9 @@ def report(args: argparse.Namespace, machine: str, table: list[list[str]], ratio
     if args.record:
         notes = (
             f"python -m bench.streaming --pairs {' '.join(map(str, args.pairs))} --repeats {args.repeats} "
-            f"--batches {args.batches}: medians of the alternated warm runs, one loader worker"
+            f"--batches {args.batches}"
+            + (f" --memory-up-to {args.memory_up_to}" if args.memory_up_to else "")
+            + ": medians of the alternated warm runs, one loader worker"
         )
         write_record(args.record, table_record(args.record.stem, machine, notes, HEADER, table, dict(ratios)))
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from seq2seq.data.batching import collate, pack, pair_lengths
+from seq2seq.data.batching import collate, pack, pack_count, pair_lengths
 from seq2seq.data.sampler import TokenBudgetBatchSampler
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
@@ -104,6 +104,16 @@ def test_packing_fills_each_batch_as_far_as_the_budget_allows() -> None:
     assert all(len(batch) == 1 or len(batch) * lengths[batch].max() <= 64 for batch in batches)
     for batch, following in pairwise(batches):
         assert (len(batch) + 1) * lengths[following[0]] > 64  # the next one did not fit
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_counting_from_a_histogram_gives_packings_batch_count(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    few_lengths = rng.choice(rng.integers(1, 90, size=3), size=500)  # long runs of one length
+    for lengths in (rng.integers(1, 90, size=500), few_lengths, np.array([700, 3, 3, 800])):
+        for max_tokens in (1, 64, 250, 4096):
+            batches = pack(np.argsort(lengths, kind="stable"), lengths, max_tokens)
+            assert pack_count(np.bincount(lengths), max_tokens) == len(batches)
 
 
 def test_too_long_example_is_rejected() -> None:

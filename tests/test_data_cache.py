@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from seq2seq.config import DataConfig, DataError
-from seq2seq.data.cache import build_once
+from seq2seq.data.cache import build_once, file_digest
 from seq2seq.data.datamodule import TranslationDataModule
 
 FORK = multiprocessing.get_context("fork")  # cheap separate processes: each holds its own locks
@@ -94,3 +94,16 @@ def test_ranks_starting_together_build_each_cache_once_and_share_the_tokenizer(
     built = [line for line in log_file.read_text().splitlines() if line.startswith("building the ")]
     assert len(built) == 4, built  # corpus, split, tokenizer, token ids: once each
     assert len({line.split(" into ")[0] for line in built}) == 4
+
+
+def test_a_corpus_files_digest_is_read_once_while_the_file_is_unchanged(tmp_path: Path) -> None:
+    corpus, memo = tmp_path / "corpus.tsv", tmp_path / "digests"
+    corpus.write_text("a\tb\n")
+    first = file_digest(corpus, memo)
+    assert first == file_digest(corpus) and len(list(memo.iterdir())) == 1
+    (kept,) = memo.iterdir()
+    kept.write_text("kept digest")  # what a second read returns comes from the memo, not the bytes
+    assert file_digest(corpus, memo) == "kept digest"
+    time.sleep(0.01)
+    corpus.write_text("c\td\n")  # the same size, new bytes: a new modification time
+    assert file_digest(corpus, memo) == file_digest(corpus) != first

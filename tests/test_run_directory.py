@@ -86,6 +86,31 @@ def test_a_second_run_stops_at_once_naming_the_first_which_sigterm_stops_resumab
     assert holder(run_dir) is None  # the lock went with the process
 
 
+@pytest.mark.slow
+def test_sigterm_to_the_whole_process_group_saves_a_resumable_checkpoint(tmp_path) -> None:
+    """As ``timeout`` or a scheduler stops a job: the loader worker gets the signal too."""
+    run_dir = tmp_path / "run"
+    command = train_py(tmp_path, f"hydra.run.dir={run_dir}", "trainer.max_epochs=-1", "data.num_workers=1")
+    run = subprocess.Popen(
+        [*command, "callbacks.progress_every_n_steps=2"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        wait_for_text(run_dir / "train.log", "] - step 2 |", run)
+        os.killpg(run.pid, signal.SIGTERM)
+        out, err = run.communicate(timeout=120)
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+    assert run.returncode == TERMINATED, err[-2000:]
+    assert "Traceback" not in err and "SIGTERM: saved a resumable checkpoint" in out
+    assert torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] >= 2
+
+
 def finished_run(directory: Path) -> list[str]:
     """A directory as a finished run leaves it (what matters: it has checkpoints); its listing."""
     (directory / "checkpoints").mkdir(parents=True)

@@ -21,6 +21,7 @@ from seq2seq.data import build
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.data.shards import Store
 from seq2seq.data.stream import StreamedBatchSampler, StreamedPairs
+from seq2seq.inference.cli import _eval_set as eval_set
 
 MAX_TOKENS, MAX_LENGTH = 256, 64
 SHARDS = [(1, 1), (7, 3), (100_000, 64)]  # (pairs per shard, pairs per block)
@@ -79,6 +80,19 @@ def test_one_global_sequence_for_one_to_four_processes(
         assert [len(rank) for rank in ranks] == [len(whole) // world_size] * world_size
         merged = interleaved([list(rank) for rank in ranks])
         assert merged == whole[: len(merged)]
+
+
+@pytest.mark.parametrize(("shard_pairs", "block_rows"), SHARDS)
+@pytest.mark.parametrize("truncate", [False, True])
+def test_batches_counted_from_histograms_are_the_windows_batches(
+    tmp_path: Path, shard_pairs: int, block_rows: int, truncate: bool
+) -> None:
+    store = make_store(tmp_path, PAIRS, shard_pairs, block_rows, longest=60)
+    for epoch in (0, 1):
+        made = sampler(store, epoch=epoch, max_length=20, truncate=truncate)
+        counted = made._window_counts()
+        windows = made.windows()
+        assert counted.tolist() == [len(made.window_batches(w, blocks)) for w, blocks in enumerate(windows)]
 
 
 def test_epochs_differ_and_the_seed_decides(tmp_path: Path) -> None:
@@ -149,6 +163,16 @@ def test_split_tokenizer_and_ids_are_the_in_memory_paths(tmp_path: Path) -> None
     kept = np.flatnonzero(all_lengths(store) <= MAX_LENGTH + 1)
     ids = memory.splits["train"].select_columns(["src_ids", "tgt_ids"])
     assert [streamed.streamed[int(row)] for row in kept] == ids.to_list()
+
+
+def test_evaluation_of_a_streamed_run_reads_its_held_out_text_not_an_in_memory_split(tmp_path: Path) -> None:
+    settings = {"path": str(CORPUS), "valid_size": 10, "test_size": 10, "vocab_size": 300}
+    memory = DataConfig(**settings, cache_dir=str(tmp_path / "memory"))
+    streamed = DataConfig(**settings, cache_dir=str(tmp_path / "s"), streaming=True, shard_pairs=7)
+    build.build(streamed)  # as training built it
+    for split in ("valid", "test"):
+        assert eval_set(split, streamed) == eval_set(split, memory)
+    assert not list((tmp_path / "s").glob("split-*"))  # no index over every pair, as without streaming
 
 
 def test_a_store_of_one_shard_per_pair_builds_and_opens(tmp_path: Path) -> None:

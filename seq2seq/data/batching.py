@@ -88,4 +88,33 @@ def pack(order: np.ndarray, lengths: np.ndarray, max_tokens: int) -> list[np.nda
     return batches
 
 
+def pack_count(histogram: np.ndarray, max_tokens: int) -> int:
+    """How many batches :func:`pack` makes of pairs whose lengths ``histogram`` counts (``histogram[l]``
+    pairs of padded length ``l``), without sorting them: packing sorted lengths depends on the lengths
+    alone, not on which pair has which. A run of ``n`` pairs of one length makes ``n // capacity`` full
+    batches; what is left of it opens a batch that longer pairs fill while it stays within the budget.
+    """
+    counts = [[length, int(count)] for length, count in enumerate(histogram) if count]
+    batches, at = 0, 0
+    while at < len(counts):
+        length, left = counts[at]
+        full, size = divmod(left, max(1, max_tokens // length))
+        batches += full
+        at += 1
+        if size == 0:
+            continue
+        batches += 1  # the rest of this length opens a batch that longer pairs may fill
+        while at < len(counts):
+            room = max_tokens // counts[at][0] - size
+            if room <= 0:
+                break
+            taken = min(room, counts[at][1])
+            size += taken
+            counts[at][1] -= taken
+            if counts[at][1]:
+                break
+            at += 1
+    return batches
+
+
 Stop = tuple[int, int]  # (world_size, batches each rank had done) when a run over an epoch stopped

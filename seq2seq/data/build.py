@@ -42,7 +42,7 @@ from seq2seq.data.tokenizer import TranslationTokenizer, config_key
 
 log = logging.getLogger("seq2seq.data")
 
-_STORE_VERSION = 1  # bump when the store's layout changes
+_STORE_VERSION = 2  # bump when the store's layout changes
 BLOCK_ROWS = 4096  # pairs per block: what the sampler permutes and a loader reads at once
 HELD_OUT = ("valid", "test")
 
@@ -148,14 +148,39 @@ def _process() -> tuple[int, int]:
     return int(rank), max(1, int(size))
 
 
-def store_key(cfg: DataConfig, corpus_name: str, block_rows: int, given: TranslationTokenizer | None) -> str:
-    """Everything that changes what the store holds."""
-    split = [cfg.valid_size, cfg.test_size, cfg.split_seed]
+def split_key(cfg: DataConfig, corpus_name: str) -> str:
+    """Everything that changes the streamed split: not the tokenizer, so evaluation finds it from the
+    data config alone."""
+    split = [cfg.valid_size, cfg.test_size, cfg.split_seed, cfg.tokenizer_max_pairs, cfg.shard_pairs]
+    return json.dumps([_STORE_VERSION, corpus_name, split])
+
+
+def store_key(cfg: DataConfig, split_name: str, block_rows: int, given: TranslationTokenizer | None) -> str:
+    """Everything that changes what the store holds beyond its split."""
     if given is None:
         tokens = [config_key(cfg.vocab_size, cfg.shared_vocab), cfg.tokenizer_max_pairs]
     else:
         tokens = ["given", digest(json.dumps(given.to_dict(), sort_keys=True))]
-    return json.dumps([_STORE_VERSION, corpus_name, split, tokens, cfg.shard_pairs, block_rows])
+    return json.dumps([_STORE_VERSION, split_name, tokens, block_rows])
+
+
+def streamed_split(cfg: DataConfig) -> tuple[Path, dict]:
+    """The streamed split of ``cfg``'s corpus (built if missing) and the corpus's statistics."""
+    if cfg.hub_dataset:
+        raise DataError("data.streaming reads a local data.path, not data.hub_dataset")
+    cache = corpus.corpus_cache(cfg)
+    stats = corpus.cache_stats(cache)
+    malformed.check(stats, cfg.max_malformed_share)
+    split_dir = corpus.cache_root(cfg) / f"stream-split-{digest(split_key(cfg, cache.name))}"
+    write = partial(write_split, corpus.pairs_file(cache), cfg)
+    build_once(split_dir, write, "streamed split", cfg.lock_timeout_s)
+    return split_dir, stats
+
+
+def held_out_text(cfg: DataConfig) -> datasets.DatasetDict:
+    """The text of the valid and test splits of a streamed run, read without holding the corpus:
+    what ``translate.py --eval`` scores such a run's checkpoints on."""
+    return _held_out_texts(streamed_split(cfg)[0])
 
 
 def build(
@@ -166,16 +191,10 @@ def build(
     ``tokenizer``, when given (a checkpoint's), encodes the store; else ``data.tokenizer_file``'s,
     else one learnt from the split.
     """
-    if cfg.hub_dataset:
-        raise DataError("data.streaming reads a local data.path, not data.hub_dataset")
     tokenizer = tokenizer if tokenizer is not None else read_given(cfg)
-    cache = corpus.corpus_cache(cfg)
-    stats = corpus.cache_stats(cache)
-    malformed.check(stats, cfg.max_malformed_share)
-    root = corpus.cache_root(cfg) / f"stream-{digest(store_key(cfg, cache.name, block_rows, tokenizer))}"
+    split_dir, stats = streamed_split(cfg)
+    root = corpus.cache_root(cfg) / f"stream-{digest(store_key(cfg, split_dir.name, block_rows, tokenizer))}"
     timeout = cfg.lock_timeout_s
-    split_dir = root / "split"
-    build_once(split_dir, partial(write_split, corpus.pairs_file(cache), cfg), "streamed split", timeout)
     tokenizer_dir = root / "tokenizer"
     if tokenizer is None:
         build_once(tokenizer_dir, partial(_train_tokenizer, split_dir, cfg), "tokenizer", timeout)

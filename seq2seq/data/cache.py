@@ -16,6 +16,7 @@ import errno
 import fcntl
 import hashlib
 import logging
+import os
 import tempfile
 import time
 from collections.abc import Callable
@@ -34,13 +35,29 @@ def digest(text: str) -> str:
     return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 
-def file_digest(path: Path) -> str:
+def file_digest(path: Path, memo: Path | None = None) -> str:
     """BLAKE2b of a file's bytes, read in 1 MiB chunks: the same corpus copied or moved elsewhere
-    (node-local scratch, another user's checkout) gets the same caches."""
+    (node-local scratch, another user's checkout) gets the same caches.
+
+    With ``memo``, a folder, the digest is kept there under the file's path, size, modification time
+    and inode, and read back while they are unchanged: a corpus of many GB is read once, not at every
+    start. Rewriting a file gives it a new modification time, or a new inode where it is replaced.
+    """
+    stat = path.stat()
+    kept = (
+        memo / digest(f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{stat.st_ino}") if memo else None
+    )
+    if kept is not None and kept.is_file():
+        return kept.read_text()
     hasher = hashlib.blake2b(digest_size=16)
     with path.open("rb") as handle:
         while chunk := handle.read(_CHUNK):
             hasher.update(chunk)
+    if kept is not None:
+        memo.mkdir(parents=True, exist_ok=True)
+        partial_file = kept.with_suffix(f".{os.getpid()}")
+        partial_file.write_text(hasher.hexdigest())
+        partial_file.replace(kept)  # atomic: a reader sees no memo or a whole one
     return hasher.hexdigest()
 
 

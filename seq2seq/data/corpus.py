@@ -34,11 +34,19 @@ _FEATURES = datasets.Features({"src": datasets.Value("string"), "tgt": datasets.
 _BATCH = 10_000  # rows per Arrow batch when writing the corpus or scanning a column
 _PAIRS_FILE = "pairs.arrow"
 _SPLIT_FILE = "split.npz"
+_DIGESTS_DIR = "digests"  # each corpus file's digest, kept while the file is unchanged
 
 
 def _cache_name(source: Source, cfg: DataConfig) -> str:
     options = {name: getattr(cfg, name) for name in FORMATS[source.format].options}
-    key = [_FORMAT_VERSION, source.format, source.digests(), list(cfg.columns), cfg.direction, options]
+    key = [
+        _FORMAT_VERSION,
+        source.format,
+        source.digests(cache_root(cfg) / _DIGESTS_DIR),
+        list(cfg.columns),
+        cfg.direction,
+        options,
+    ]
     return "corpus-" + digest(json.dumps(key))
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
 from collections.abc import Callable, Iterator
 from functools import partial
 from itertools import chain
@@ -60,6 +61,13 @@ def truncating_collate(examples: list[dict], max_length: int) -> Batch:
     """:func:`collate` after cutting both sides of each pair to ``max_length`` tokens."""
     cut = [{"src_ids": ex["src_ids"][:max_length], "tgt_ids": ex["tgt_ids"][:max_length]} for ex in examples]
     return collate(cut)
+
+
+def leave_sigterm_to_the_trainer(_worker: int) -> None:
+    """A loader worker ignores SIGTERM. Sent to the whole process group (``timeout``, a scheduler
+    stopping a job), it would kill the worker first, and the training process would fail on its
+    loader instead of saving ``last.ckpt``; the worker exits when that process shuts the loader down."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 class TranslationDataModule(pl.LightningDataModule):
@@ -206,6 +214,7 @@ class TranslationDataModule(pl.LightningDataModule):
             collate_fn=partial(truncating_collate, max_length=self.cfg.max_length) if truncate else collate,
             num_workers=workers,
             persistent_workers=workers > 0,
+            worker_init_fn=leave_sigterm_to_the_trainer if workers else None,
             pin_memory=on_gpu,  # page-locked batches: Lightning's copies to the GPU are then asynchronous
         )
 

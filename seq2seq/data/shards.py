@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import chain
 from pathlib import Path
 
@@ -27,6 +27,7 @@ IDS_FILE, LENGTHS_FILE, META_FILE, MANIFEST_FILE = "ids.arrow", "lengths.u16", "
 _LENGTH_TYPE = np.dtype("<u2")
 _LENGTH_CAP = np.iinfo(_LENGTH_TYPE).max
 _OPEN_FILES = 64  # shard files a reader keeps open
+_BLOCKS_READ = 16  # blocks whose lengths are read at once when counting them
 
 
 def id_type(vocab_size: int) -> pa.DataType:
@@ -97,6 +98,7 @@ class Store:
     block_index: np.ndarray  # (blocks,) the block's record batch within its shard
     block_start: np.ndarray  # (blocks + 1,) the first row of each block in the store; then the row count
     histogram: np.ndarray  # (longest + 1,) pairs of each padded length
+    _block_histograms: dict[int, np.ndarray] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def open(cls, root: Path, manifest_dir: Path) -> Store:
@@ -126,6 +128,32 @@ class Store:
     def too_long(self, max_length: int) -> int:
         """Pairs with a side over ``max_length`` tokens (:func:`seq2seq.data.batching.too_long`)."""
         return int(self.histogram[max_length + 2 :].sum())
+
+    def block_histograms(self, top: int) -> np.ndarray:
+        """Pairs of each padded length in each block, a length over ``top`` counted as ``top``: shape
+        (blocks, top + 1), computed once per ``top`` from the length files (2 bytes a pair, read
+        ``_BLOCKS_READ`` blocks at a time). An epoch's batch count follows from these without reading
+        any lengths."""
+        if top not in self._block_histograms:
+            width = top + 1
+            histograms = np.zeros((self.blocks, width), dtype=np.int32)
+            for shard, name in enumerate(self.shard_names):
+                in_shard = np.flatnonzero(self.block_shard == shard)
+                for at in range(0, len(in_shard), _BLOCKS_READ):
+                    blocks = in_shard[at : at + _BLOCKS_READ]
+                    rows = self.block_start[blocks[0] : blocks[-1] + 2]
+                    skip = int(rows[0] - self.block_start[in_shard[0]]) * _LENGTH_TYPE.itemsize
+                    path = self.root / name / LENGTHS_FILE
+                    lengths = np.fromfile(
+                        path, dtype=_LENGTH_TYPE, count=int(rows[-1] - rows[0]), offset=skip
+                    )
+                    cells = np.repeat(np.arange(len(blocks)) * width, np.diff(rows)) + np.minimum(
+                        lengths, top
+                    )
+                    counts = np.bincount(cells, minlength=len(blocks) * width)
+                    histograms[blocks] = counts.reshape(-1, width)
+            self._block_histograms[top] = histograms
+        return self._block_histograms[top]
 
     def block_lengths(self, block: int) -> np.ndarray:
         """Padded lengths of the pairs of ``block``, shape (rows of the block,)."""

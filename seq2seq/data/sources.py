@@ -38,16 +38,18 @@ class Source:
         """The file that holds ``data.columns[column]``."""
         return self.files[column] if self.format == ALIGNED else self.files[0]
 
-    def digests(self) -> list[str]:
+    def digests(self, memo: Path | None = None) -> list[str]:
         """The bytes of each file, in order (a folder: of every file in it, with its name there), so
-        a corpus copied or renamed keeps its caches."""
-        return [_folder_digest(path) if path.is_dir() else file_digest(path) for path in self.files]
+        a corpus copied or renamed keeps its caches; ``memo`` as :func:`file_digest`'s."""
+        return [
+            _folder_digest(path, memo) if path.is_dir() else file_digest(path, memo) for path in self.files
+        ]
 
 
-def _folder_digest(folder: Path) -> str:
+def _folder_digest(folder: Path, memo: Path | None) -> str:
     hasher = hashlib.blake2b(digest_size=16)
     for member in sorted(p for p in folder.rglob("*") if p.is_file()):
-        hasher.update(f"{member.relative_to(folder)}={file_digest(member)};".encode())
+        hasher.update(f"{member.relative_to(folder)}={file_digest(member, memo)};".encode())
     return hasher.hexdigest()
 
 

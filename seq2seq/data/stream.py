@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 from torch.utils.data import Dataset, Sampler
 
-from seq2seq.data.batching import Stop, pack, too_long
+from seq2seq.data.batching import Stop, pack, pack_count, too_long
 from seq2seq.data.shards import BlockReader, Store
 
 WINDOW_BLOCKS = 16  # blocks sorted together: the larger, the less padding and the longer a window's read
@@ -73,7 +73,7 @@ class StreamedBatchSampler(Sampler[list[int]]):
         epoch, stops = self._stops
         return stops if epoch == self.epoch else ()
 
-    def _windows(self) -> list[np.ndarray]:
+    def windows(self) -> list[np.ndarray]:
         """The blocks of each window of the current epoch."""
         blocks = np.random.default_rng([self.seed, self.epoch]).permutation(self.store.blocks)
         return [blocks[i : i + self.window_blocks] for i in range(0, len(blocks), self.window_blocks)]
@@ -94,9 +94,15 @@ class StreamedBatchSampler(Sampler[list[int]]):
         return [rows[batches[i]] for i in rng.permutation(len(batches))]
 
     def _window_counts(self) -> np.ndarray:
-        """Global batches in each window of the current epoch; a pass over the lengths, once per epoch."""
+        """Global batches in each window of the current epoch, counted from the blocks' length
+        histograms (:func:`~seq2seq.data.batching.pack_count`), so no window is read to count them."""
         if self._counts is None or self._counts[0] != self.epoch:
-            counts = [len(self.window_batches(w, blocks)) for w, blocks in enumerate(self._windows())]
+            too_long = self.max_length + 2  # the first padded length that :func:`too_long` rejects
+            per_block = self.store.block_histograms(too_long)
+            kept = per_block[:, :too_long].copy()
+            if self.truncate:
+                kept[:, -1] += per_block[:, too_long]  # cut to max_length + 1
+            counts = [pack_count(kept[blocks].sum(axis=0), self.max_tokens) for blocks in self.windows()]
             self._counts = (self.epoch, np.asarray(counts, dtype=np.int64))
         return self._counts[1]
 
@@ -112,7 +118,7 @@ class StreamedBatchSampler(Sampler[list[int]]):
         _, start, count = self._share()
         end = start + count * self.world_size  # the global batches this run trains: [start, end)
         first = 0  # global number of the window's first batch
-        for window, (blocks, size) in enumerate(zip(self._windows(), self._window_counts(), strict=True)):
+        for window, (blocks, size) in enumerate(zip(self.windows(), self._window_counts(), strict=True)):
             if first >= end:
                 return
             low = max(first, start)

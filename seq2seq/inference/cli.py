@@ -259,9 +259,10 @@ def _eval_set(spec: str, data_cfg: DataConfig) -> tuple[list[str], list[list[str
         raise DataError(f"--eval {spec}: not 'test', 'valid' or an existing file")
     try:
         if split:
-            from seq2seq.data import corpus  # datasets: seconds to import, only needed here
+            from seq2seq.data import build, corpus  # datasets: seconds to import, only needed here
 
-            splits, _ = corpus.load_splits(data_cfg)  # the same grouped split training validated on
+            # the same grouped split training validated on
+            splits = build.held_out_text(data_cfg) if data_cfg.streaming else corpus.load_splits(data_cfg)[0]
             return corpus.references(splits[spec])
         columns = list(data_cfg.columns)
         return read_eval_pairs(spec, columns.index(data_cfg.source_lang), columns.index(data_cfg.target_lang))
