@@ -161,8 +161,27 @@ def test_split_tokenizer_and_ids_are_the_in_memory_paths(tmp_path: Path) -> None
         assert streamed.splits[name].to_dict() == memory.splits[name].to_dict()
     store = streamed.streamed.store
     kept = np.flatnonzero(all_lengths(store) <= MAX_LENGTH + 1)
-    ids = memory.splits["train"].select_columns(["src_ids", "tgt_ids"])
-    assert [streamed.streamed[int(row)] for row in kept] == ids.to_list()
+    ids = memory.splits["train"].select_columns(["src_ids", "tgt_ids"]).to_list()
+    in_store = [streamed.streamed[int(row)] for row in kept]
+    assert sorted(map(_pair, in_store)) == sorted(map(_pair, ids))  # the same pairs, shuffled in shards
+    assert [_pair(pair) for pair in in_store] != [_pair(pair) for pair in ids]
+
+
+def _pair(example: dict) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    return tuple(example["src_ids"]), tuple(example["tgt_ids"])
+
+
+def test_a_corpus_sorted_by_length_is_shuffled_within_each_shard(tmp_path: Path) -> None:
+    sorted_corpus = tmp_path / "sorted.tsv"
+    lines = sorted(set(CORPUS.read_text(encoding="utf-8").splitlines()), key=len)
+    sorted_corpus.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    settings = {"path": str(sorted_corpus), "valid_size": 10, "test_size": 10, "vocab_size": 300}
+    store = build.build(DataConfig(**settings, cache_dir=str(tmp_path / "s"), shard_pairs=100), 8).store
+    again = build.build(DataConfig(**settings, cache_dir=str(tmp_path / "again"), shard_pairs=100), 8).store
+    lengths = all_lengths(store)
+    assert np.array_equal(lengths, all_lengths(again))  # the order is seeded
+    first_shard = lengths[: store.block_start[np.searchsorted(store.block_shard, 1)]]
+    assert np.corrcoef(np.arange(len(first_shard)), first_shard)[0, 1] < 0.5  # sorted: near 1
 
 
 def test_evaluation_of_a_streamed_run_reads_its_held_out_text_not_an_in_memory_split(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from functools import partial
 from pathlib import Path
 
 import datasets
+import numpy as np
 import pyarrow as pa
 from datasets.table import MemoryMappedTable
 
@@ -42,7 +43,7 @@ from seq2seq.data.tokenizer import TranslationTokenizer, config_key
 
 log = logging.getLogger("seq2seq.data")
 
-_STORE_VERSION = 2  # bump when the store's layout changes
+_STORE_VERSION = 3  # bump when the store's layout changes
 BLOCK_ROWS = 4096  # pairs per block: what the sampler permutes and a loader reads at once
 HELD_OUT = ("valid", "test")
 
@@ -89,40 +90,42 @@ def _train_tokenizer(split_dir: Path, cfg: DataConfig, directory: Path) -> None:
     tokenizer.save(directory)
 
 
-def _blocks(path: Path, rows: int) -> Iterator[pa.Table]:
-    """The text of a train shard in tables of ``rows`` rows (the last one shorter)."""
-    pending: list[pa.RecordBatch] = []
-    held = 0
-    for batch in read_batches(path):
-        pending.append(batch)
-        held += batch.num_rows
-        while held >= rows:
-            table = pa.Table.from_batches(pending)
-            yield table.slice(0, rows)
-            pending, held = table.slice(rows).to_batches(), held - rows
-    if held:
-        yield pa.Table.from_batches(pending)
+def _shuffled_blocks(path: Path, rows: int, seed: tuple[int, int]) -> Iterator[pa.Table]:
+    """The text of a train shard in a seeded random order, in tables of ``rows`` rows (the last one
+    shorter). A corpus's order often follows length or source (the bundled one is sorted by
+    length), and a block of consecutive pairs would then hold pairs of one kind, so the windows
+    the sampler sorts would differ in kind through an epoch. The shard is memory-mapped, not read
+    into the heap: its size is bounded by ``data.shard_pairs``, not by the corpus."""
+    with pa.memory_map(str(path)) as source:
+        table = pa.ipc.open_stream(source).read_all()
+        order = np.random.default_rng(seed).permutation(table.num_rows)
+        for start in range(0, table.num_rows, rows):
+            yield table.take(order[start : start + rows])
 
 
-def _encode_shard(text: Path, tokenizer: TranslationTokenizer, block_rows: int, directory: Path) -> None:
+def _encode_shard(
+    text: Path, tokenizer: TranslationTokenizer, block_rows: int, seed: tuple[int, int], directory: Path
+) -> None:
     values = id_type(max(tokenizer.src_vocab_size, tokenizer.tgt_vocab_size))
     blocks = (
         (
             id_lists(tokenizer.encode_source(block.column("src").to_pylist()), values),
             id_lists(tokenizer.encode_target(block.column("tgt").to_pylist()), values),
         )
-        for block in _blocks(text, block_rows)
+        for block in _shuffled_blocks(text, block_rows, seed)
     )
     write_shard(directory, blocks)
 
 
 def _encode_shards(
-    shards: list[Path], split_dir: Path, tokenizer: TranslationTokenizer, block_rows: int, timeout: float
+    shards: list[Path], split_dir: Path, tokenizer: TranslationTokenizer, block_rows: int, cfg: DataConfig
 ) -> None:
     """Encode every missing shard: first those no other process is encoding, then wait for the rest."""
+    timeout = cfg.lock_timeout_s
 
     def encode(i: int) -> None:
-        build_shard = partial(_encode_shard, split_dir / text_shard(i), tokenizer, block_rows)
+        seed = (cfg.split_seed, i)
+        build_shard = partial(_encode_shard, split_dir / text_shard(i), tokenizer, block_rows, seed)
         build_once(shards[i], build_shard, f"token ids of shard {i + 1} of {len(shards)}", timeout)
 
     later = []
@@ -205,7 +208,7 @@ def build(
         root / f"shard-{i:05d}"
         for i in range(len(json.loads((split_dir / SPLIT_FILE).read_text())["shards"]))
     ]
-    _encode_shards(shards, split_dir, tokenizer, block_rows, timeout)
+    _encode_shards(shards, split_dir, tokenizer, block_rows, cfg)
     build_once(root / "manifest", partial(write_manifest, root, shards), "store manifest", timeout)
     return StreamedData(
         Store.open(root, root / "manifest"), tokenizer_dir, root / "held-out", split_dir, stats
