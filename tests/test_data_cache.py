@@ -6,6 +6,7 @@ import fcntl
 import json
 import logging
 import multiprocessing
+import os
 import time
 from dataclasses import asdict
 from functools import partial
@@ -104,6 +105,8 @@ def test_a_corpus_files_digest_is_read_once_while_the_file_is_unchanged(tmp_path
     (kept,) = memo.iterdir()
     kept.write_text("kept digest")  # what a second read returns comes from the memo, not the bytes
     assert file_digest(corpus, memo) == "kept digest"
-    time.sleep(0.01)
-    corpus.write_text("c\td\n")  # the same size, new bytes: a new modification time
+    before = corpus.stat()
+    # the same size, new bytes, and a new modification time (set here, whatever the clock's grain)
+    corpus.write_text("c\td\n")
+    os.utime(corpus, ns=(before.st_atime_ns, before.st_mtime_ns + 10**9))
     assert file_digest(corpus, memo) == file_digest(corpus) != first
