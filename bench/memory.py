@@ -2,13 +2,16 @@
 
 Each setting trains ``python train.py`` for ``--minutes`` in a subprocess (the default recipe, its
 final validation included) while a thread reads the resident memory of the process and of its
-loader workers from /proc every second. Settings: ``jemalloc`` (the default where installed) and
-``system`` (``SEQ2SEQ_ALLOCATOR=system``: the C library's malloc), and with ``--baseline DIR``
-also that checkout's ``train.py`` (the code before a change) under the system allocator; rounds
+loader workers from /proc every second. Settings: ``jemalloc`` (``SEQ2SEQ_ALLOCATOR=jemalloc``:
+what ``auto`` picks on a CPU with native bf16) and ``system`` (the C library's malloc, what it picks
+elsewhere), with ``--jemalloc-conf CONF``
+also ``jemalloc+CONF`` (jemalloc under ``MALLOC_CONF=CONF``), and with ``--baseline DIR`` also that
+checkout's ``train.py`` (the code before a change) under the system allocator; rounds
 alternate the settings. Prints ``RATIO`` lines against ``system`` and writes a record with
 ``--record NAME``.
 
     python -m bench.memory --minutes 3
+    python -m bench.memory --minutes 3 --jemalloc-conf oversize_threshold:0
     python -m bench.memory --minutes 3 --precision bf16-mixed --record memory-zen3-bf16
 """
 
@@ -37,6 +40,7 @@ from bench.measure import (
     write_record,
 )
 from seq2seq.hardware import describe
+from seq2seq.memory import CHOICE
 
 GIB = 2**30
 TARGETS = {
@@ -82,9 +86,12 @@ def sample(pid: int, samples: list[tuple[float, int, int, int]], done: threading
             samples.append((seconds, values[0][0], sum(r for r, _ in values), sum(p for _, p in values)))
 
 
-def train(setting: str, code: Path, minutes: int, precision: str, run_dir: Path) -> dict[str, float]:
-    """One training run of ``setting``: its peaks (GiB), growth and steps."""
-    env = {**os.environ, "SEQ2SEQ_ALLOCATOR": "system" if setting != "jemalloc" else "jemalloc"}
+def train(
+    setting: str, code: Path, allocator: dict[str, str], minutes: int, precision: str, run_dir: Path
+) -> dict[str, float]:
+    """One training run of ``setting`` (``allocator``: its environment variables): its peaks (GiB),
+    growth and steps."""
+    env = {**os.environ, **allocator}
     command = [
         sys.executable,
         "train.py",
@@ -147,18 +154,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=int, default=3, help="training time of each run")
     parser.add_argument("--precision", default="auto", help="trainer.precision, e.g. bf16-mixed")
     parser.add_argument("--rounds", type=int, default=1, help="alternations of the settings")
+    parser.add_argument(
+        "--jemalloc-conf", nargs="*", default=[], metavar="CONF", help="also jemalloc with MALLOC_CONF=CONF"
+    )
     parser.add_argument("--baseline", type=Path, help="a checkout of the code before, run as 'baseline'")
     parser.add_argument("--record", help="write docs/records/NAME.json")
     add_target_option(parser, TARGETS)
     args = parser.parse_args(argv)
     goals = targets(args)
     print(describe(), flush=True)
-    settings = {"jemalloc": ROOT, "system": ROOT} | ({"baseline": args.baseline} if args.baseline else {})
+    jemalloc, system = {CHOICE: "jemalloc"}, {CHOICE: "system"}
+    settings = {"jemalloc": (ROOT, jemalloc), "system": (ROOT, system)}
+    for conf in args.jemalloc_conf:
+        settings[f"jemalloc+{conf}"] = (ROOT, {**jemalloc, "MALLOC_CONF": conf})
+    if args.baseline:
+        settings["baseline"] = (args.baseline, system)
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in settings}
     with tempfile.TemporaryDirectory() as scratch:
         for round_ in range(args.rounds):
-            for name, code in settings.items():
-                result = train(name, code, args.minutes, args.precision, Path(scratch) / f"{name}-{round_}")
+            for index, (name, (code, allocator)) in enumerate(settings.items()):
+                run_dir = Path(scratch) / f"{index}-{round_}"
+                result = train(name, code, allocator, args.minutes, args.precision, run_dir)
                 runs[name].append(result)
                 print(name, json.dumps({key: round(value, 3) for key, value in result.items()}), flush=True)
     best = {name: {key: statistics.median(r[key] for r in rs) for key in rs[0]} for name, rs in runs.items()}

@@ -10,22 +10,18 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import platform
-import re
 import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
 from seq2seq.config import ModelConfig
+from seq2seq.cpu_flags import FLAGS_THAT_MATTER, NATIVE_BF16, cpu_model_and_flags
 from seq2seq.model.int8 import INT8
 
 AUTO = "auto"
-FLAGS_THAT_MATTER = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
-NATIVE_BF16 = frozenset({"avx512_bf16", "amx_bf16"})  # bf16 dot products in hardware
 PROBE_SECONDS = 2.0  # the most the CPU bf16 probe may take
 PROBE_FLOPS = 1e9  # fp32 work of one probe step: milliseconds on a CPU
 INFERENCE_DTYPES = {  # --dtype: "int8" is int8 weights with float32 activations, on a CPU
@@ -51,22 +47,6 @@ class Hardware:
     @property
     def native_bf16(self) -> bool:
         return bool(self.flags & NATIVE_BF16)
-
-
-def parse_cpuinfo(text: str) -> tuple[str, frozenset[str]]:
-    """CPU model name (trademarks dropped) and the flags that matter, from /proc/cpuinfo's text."""
-    fields = dict(re.findall(r"^(model name|flags)\s*:[ \t]*(.*)$", text, re.MULTILINE))
-    name = re.sub(r"\((R|TM|tm)\)|\bCPU\b|\s+Processor\b", "", fields.get("model name", platform.machine()))
-    flags = frozenset(fields.get("flags", "").split()) & frozenset(FLAGS_THAT_MATTER)
-    return " ".join(name.split()), flags
-
-
-def _cpu_model_and_flags() -> tuple[str, frozenset[str]]:
-    """From /proc/cpuinfo on Linux; elsewhere the platform's name and no flags (so fp32 on a CPU)."""
-    try:
-        return parse_cpuinfo(Path("/proc/cpuinfo").read_text(errors="replace"))
-    except OSError:
-        return platform.processor() or platform.machine(), frozenset()
 
 
 def usable_cores() -> int:
@@ -129,7 +109,7 @@ def compile_blocker(device_type: str) -> str | None:
 
 
 def detect() -> Hardware:
-    cpu, flags = _cpu_model_and_flags()
+    cpu, flags = cpu_model_and_flags()
     gpu = capability = None
     if torch.cuda.is_available():
         gpu, capability = torch.cuda.get_device_name(0), torch.cuda.get_device_capability(0)

@@ -1,11 +1,18 @@
-"""jemalloc under training where it is installed, because glibc's malloc keeps what a step frees.
+"""Training's allocator: jemalloc where training may run in bf16 on the CPU, the C library's
+malloc elsewhere, because each keeps memory flat in its own case and costs speed in the other's.
 
-glibc serves a step's tensors from its heaps and keeps the freed space for reuse instead of
-returning it, and under bf16 autocast's short-lived, variously shaped casts that space grows
-through the run; jemalloc returns freed pages after a few seconds. A preloaded allocator must be
-there when the process starts, so :func:`preload_jemalloc` re-executes the command with
-``LD_PRELOAD`` set: the process keeps its id, so torchrun, srun and Lightning's launcher see
-nothing, and its children inherit it. ``SEQ2SEQ_ALLOCATOR=system`` keeps the system's malloc.
+Under bf16 autocast, a step's short-lived, variously shaped casts make glibc's heaps grow through
+the run (to 7 GB for the small model on a Xeon with AMX); jemalloc hands freed pages back after a
+few seconds and stayed under 2 GB, at more steps. In float32, glibc reuses what a step frees and
+its memory stays flat, while jemalloc's handing back costs a page fault for each page the next
+step touches again: 15 % fewer steps on an AVX2 CPU (docs/performance.md, Memory). ``auto``
+therefore preloads jemalloc on a CPU with native bf16 instructions, the only CPUs where the
+precision rule picks bf16, and keeps malloc elsewhere.
+
+A preloaded allocator must be there when the process starts, so :func:`preload_jemalloc`
+re-executes the command with ``LD_PRELOAD`` set: the process keeps its id, so torchrun, srun and
+Lightning's launcher see nothing, and its children inherit it. ``SEQ2SEQ_ALLOCATOR=jemalloc`` or
+``=system`` overrides the rule (a forced bf16 run on a CPU without native bf16 wants jemalloc).
 """
 
 from __future__ import annotations
@@ -16,8 +23,10 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from seq2seq.cpu_flags import NATIVE_BF16, cpu_model_and_flags
+
 CHOICE = "SEQ2SEQ_ALLOCATOR"
-CHOICES = ("jemalloc", "system")  # jemalloc where installed (the default), or the C library's malloc
+CHOICES = ("auto", "jemalloc", "system")  # auto: jemalloc on a CPU with native bf16, else malloc
 
 
 def jemalloc_library() -> str | None:
@@ -25,28 +34,42 @@ def jemalloc_library() -> str | None:
     return ctypes.util.find_library("jemalloc")
 
 
-def preloaded_environment(env: Mapping[str, str], library: str | None) -> dict[str, str] | None:
-    """``env`` with ``library`` added to ``LD_PRELOAD``, or None where nothing is to be done: no
-    jemalloc, ``SEQ2SEQ_ALLOCATOR=system``, or jemalloc already preloaded (so one re-execution
-    ends there). An unknown choice is a one-line error."""
+def wants_jemalloc(env: Mapping[str, str], native_bf16: bool) -> bool:
+    """Whether this launch should run on jemalloc: the choice in ``env``, or under ``auto`` whether
+    the CPU has native bf16. An unknown choice is a one-line error."""
     choice = env.get(CHOICE, CHOICES[0])
     if choice not in CHOICES:
         raise SystemExit(f"error: {CHOICE}={choice!r}: expected one of {', '.join(CHOICES)}")
+    return choice == "jemalloc" or (choice == "auto" and native_bf16)
+
+
+def preloaded_environment(
+    env: Mapping[str, str], library: str | None, native_bf16: bool
+) -> dict[str, str] | None:
+    """``env`` with ``library`` added to ``LD_PRELOAD``, or None where nothing is to be done: jemalloc
+    not wanted (:func:`wants_jemalloc`) or not installed, or already preloaded (so one re-execution
+    ends there)."""
     preloaded = env.get("LD_PRELOAD", "")
-    if library is None or choice == "system" or "jemalloc" in preloaded:
+    if not wants_jemalloc(env, native_bf16) or library is None or "jemalloc" in preloaded:
         return None
     return {**env, "LD_PRELOAD": f"{library}:{preloaded}" if preloaded else library}
 
 
-def allocator(env: Mapping[str, str], maps: str, library: str | None) -> str:
+def allocator(env: Mapping[str, str], maps: str, library: str | None, native_bf16: bool) -> str:
     """Which malloc this process runs on and why, for the run's log: ``maps`` is /proc/self/maps."""
     if "libjemalloc" in maps:
         return "jemalloc (preloaded)"
     if env.get(CHOICE) == "system":
         return f"the C library's malloc ({CHOICE}=system)"
+    if not wants_jemalloc(env, native_bf16):
+        return "the C library's malloc (auto: no native bf16 on this CPU, so float32, where it is faster)"
     if library is None:
         return "the C library's malloc (no jemalloc installed: see docs/troubleshooting.md, memory)"
     return "the C library's malloc (jemalloc is preloaded by train.py, not by this command)"
+
+
+def _native_bf16() -> bool:
+    return bool(cpu_model_and_flags()[1] & NATIVE_BF16)
 
 
 def allocator_in_use() -> str:
@@ -55,11 +78,11 @@ def allocator_in_use() -> str:
         maps = Path("/proc/self/maps").read_text()
     except OSError:  # not Linux: nothing is preloaded
         maps = ""
-    return allocator(os.environ, maps, jemalloc_library())
+    return allocator(os.environ, maps, jemalloc_library(), _native_bf16())
 
 
 def preload_jemalloc() -> None:
     """Restart this command with jemalloc preloaded where that applies; call it before torch loads."""
-    env = preloaded_environment(os.environ, jemalloc_library())
+    env = preloaded_environment(os.environ, jemalloc_library(), _native_bf16())
     if env is not None:
         os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)

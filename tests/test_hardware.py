@@ -18,6 +18,7 @@ from cpu_classes import CPU_CLASSES, fake_cpu
 
 from seq2seq import hardware
 from seq2seq.config import DecodeConfig, ModelConfig, OptimConfig
+from seq2seq.cpu_flags import parse_cpuinfo
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.hardware import (
     DeviceError,
@@ -27,7 +28,6 @@ from seq2seq.hardware import (
     compile_blocker,
     describe,
     device_type,
-    parse_cpuinfo,
     precision_dtype,
     resolve_device,
     resolve_dtype,

@@ -1,5 +1,5 @@
-"""Training's allocator: jemalloc preloaded where installed, the system's on request; evaluation
-loads without a worker process."""
+"""Training's allocator: jemalloc preloaded on a CPU with native bf16 where installed, malloc
+elsewhere, either on request; evaluation loads without a worker process."""
 
 import subprocess
 import sys
@@ -8,27 +8,42 @@ from dataclasses import replace
 import pytest
 
 from seq2seq.config import DataConfig
+from seq2seq.cpu_flags import NATIVE_BF16, cpu_model_and_flags
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.memory import CHOICE, allocator, jemalloc_library, preloaded_environment
 
 LIBRARY = "libjemalloc.so.2"
 
 
-def test_jemalloc_goes_first_in_ld_preload_unless_the_system_allocator_is_chosen() -> None:
-    assert preloaded_environment({"HOME": "/h"}, LIBRARY) == {"HOME": "/h", "LD_PRELOAD": LIBRARY}
-    assert preloaded_environment({"LD_PRELOAD": "libx.so"}, LIBRARY)["LD_PRELOAD"] == f"{LIBRARY}:libx.so"
-    assert preloaded_environment({CHOICE: "jemalloc"}, LIBRARY) is not None
-    assert preloaded_environment({CHOICE: "system"}, LIBRARY) is None
+def test_jemalloc_goes_first_in_ld_preload_on_a_cpu_with_native_bf16() -> None:
+    assert preloaded_environment({"HOME": "/h"}, LIBRARY, True) == {"HOME": "/h", "LD_PRELOAD": LIBRARY}
+    assert (
+        preloaded_environment({"LD_PRELOAD": "libx.so"}, LIBRARY, True)["LD_PRELOAD"] == f"{LIBRARY}:libx.so"
+    )
+    assert preloaded_environment({CHOICE: "system"}, LIBRARY, True) is None
+
+
+def test_a_cpu_without_native_bf16_keeps_malloc_unless_jemalloc_is_chosen() -> None:
+    """There training runs in float32, where jemalloc's handing back of pages cost steps."""
+    assert preloaded_environment({}, LIBRARY, False) is None
+    assert preloaded_environment({CHOICE: "auto"}, LIBRARY, False) is None
+    assert preloaded_environment({CHOICE: "jemalloc"}, LIBRARY, False) == {
+        CHOICE: "jemalloc",
+        "LD_PRELOAD": LIBRARY,
+    }
 
 
 def test_nothing_to_do_without_jemalloc_or_once_it_is_preloaded() -> None:
-    assert preloaded_environment({}, None) is None
-    assert preloaded_environment({"LD_PRELOAD": f"/usr/lib/{LIBRARY}"}, LIBRARY) is None  # no second restart
+    assert preloaded_environment({}, None, True) is None
+    assert (
+        preloaded_environment({"LD_PRELOAD": f"/usr/lib/{LIBRARY}"}, LIBRARY, True) is None
+    )  # no second restart
 
 
 def test_an_unknown_choice_is_a_one_line_error() -> None:
-    with pytest.raises(SystemExit, match=f"error: {CHOICE}='tcmalloc': expected one of jemalloc, system"):
-        preloaded_environment({CHOICE: "tcmalloc"}, LIBRARY)
+    expected = f"error: {CHOICE}='tcmalloc': expected one of auto, jemalloc, system"
+    with pytest.raises(SystemExit, match=expected):
+        preloaded_environment({CHOICE: "tcmalloc"}, LIBRARY, True)
 
 
 def _mapped_libraries(choice: str) -> str:
@@ -44,6 +59,8 @@ def _mapped_libraries(choice: str) -> str:
 def test_the_launch_restarts_under_jemalloc_and_the_system_choice_keeps_malloc() -> None:
     assert "libjemalloc" in _mapped_libraries("jemalloc")
     assert "libjemalloc" not in _mapped_libraries("system")
+    native_bf16 = bool(cpu_model_and_flags()[1] & NATIVE_BF16)
+    assert ("libjemalloc" in _mapped_libraries("auto")) == native_bf16
 
 
 def test_evaluation_loads_in_process_whatever_the_training_workers(tiny_data_cfg: DataConfig) -> None:
@@ -57,6 +74,7 @@ def test_evaluation_loads_in_process_whatever_the_training_workers(tiny_data_cfg
 
 def test_the_run_log_says_which_allocator_runs_and_why() -> None:
     maps = f"7f00-7f01 r-xp 0 0:0 0 /usr/lib/x86_64-linux-gnu/{LIBRARY}\n"
-    assert allocator({}, maps, LIBRARY) == "jemalloc (preloaded)"
-    assert allocator({CHOICE: "system"}, "", LIBRARY).endswith(f"({CHOICE}=system)")
-    assert "no jemalloc installed" in allocator({}, "", None)
+    assert allocator({}, maps, LIBRARY, True) == "jemalloc (preloaded)"
+    assert allocator({CHOICE: "system"}, "", LIBRARY, True).endswith(f"({CHOICE}=system)")
+    assert "no native bf16" in allocator({}, "", LIBRARY, False)
+    assert "no jemalloc installed" in allocator({}, "", None, True)
