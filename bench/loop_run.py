@@ -103,14 +103,18 @@ def compose_default(overrides: list[str]) -> Any:
 
 
 def run_loop(
-    tree: Path, overrides: list[str], extra_callbacks: list[Any], output_dir: Path
+    tree: Path,
+    overrides: list[str],
+    extra_callbacks: list[Any],
+    output_dir: Path,
+    loop_overrides: tuple[str, ...] = LOOP_OVERRIDES,
 ) -> dict[str, Any]:
     """Train the code in ``tree`` (the one this process imports) with ``overrides`` (the recipe
     among them: :func:`with_recipe`) and ``extra_callbacks`` added to its Trainer; returns the
-    precision the Trainer ran in."""
+    precision the Trainer ran in. ``loop_overrides=()`` keeps validation on."""
     from seq2seq.training import run
 
-    cfg = compose(tree, [*LOOP_OVERRIDES, *overrides, f"output_dir={output_dir}"])
+    cfg = compose(tree, [*loop_overrides, *overrides, f"output_dir={output_dir}"])
     build_trainer: Callable[..., Any] = run.build_trainer
     built: list[Any] = []
 
