@@ -30,6 +30,15 @@ class OneLineParser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
+def help_asked(argv: list[str], doc: str) -> bool:
+    """Whether ``argv`` asks for ``-h``/``--help``, printing ``doc`` if so: for the commands whose
+    arguments are Hydra overrides, where Hydra would reject ``--help`` as a malformed override."""
+    if not {"-h", "--help"} & set(argv):
+        return False
+    print(doc.strip())
+    return True
+
+
 def add_model_arguments(parser: argparse.ArgumentParser, model_help: str) -> None:
     """``--ckpt PATH`` or ``--model DIR``, one of them required: what
     :func:`seq2seq.inference.backends.open_model` opens."""

@@ -6,6 +6,8 @@ import pytest
 
 from seq2seq.command_line import UsageError, run_command
 from seq2seq.config import DataError
+from seq2seq.data.build import main as build_main
+from seq2seq.data.inspect import main as inspect_main
 
 
 def _raise(error: BaseException):
@@ -41,3 +43,12 @@ def test_ctrl_c_exits_130_and_a_reader_that_left_exits_1_quietly(capsys) -> None
     assert run_command("prog", _raise(KeyboardInterrupt()), ()) == 130
     assert run_command("prog", _raise(BrokenPipeError()), (OSError,)) == 1  # before OSError's line
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("command", [inspect_main, build_main])
+@pytest.mark.parametrize("flag", ["-h", "--help"])
+def test_the_override_commands_print_their_usage_for_help(command, flag: str, capsys) -> None:
+    """Hydra would take ``--help`` for a malformed override; these commands print what they do."""
+    assert command([flag]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"``python -m {command.__module__} [overrides]``")

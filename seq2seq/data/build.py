@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 from datasets.table import MemoryMappedTable
 
+from seq2seq.command_line import help_asked
 from seq2seq.config import ConfigError, DataConfig, DataError
 from seq2seq.data import corpus, encoded, malformed
 from seq2seq.data.cache import build_once, digest, held_elsewhere
@@ -218,8 +219,11 @@ def build(
 def main(argv: list[str] | None = None) -> int:
     """Build the store; exit status 1 on bad input (one ``error:`` line)."""
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    args = sys.argv[1:] if argv is None else argv
+    if help_asked(args, __doc__):
+        return 0
     try:
-        cfg = data_config(sys.argv[1:] if argv is None else argv)
+        cfg = data_config(args)
         data = build(cfg)
     except (ConfigError, DataError) as err:
         print(f"error: {err}", file=sys.stderr)

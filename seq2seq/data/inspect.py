@@ -17,6 +17,7 @@ from hydra import compose, initialize, initialize_config_dir
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
+from seq2seq.command_line import help_asked
 from seq2seq.config import RUN_SCHEMA, ConfigError, DataConfig, DataError, validated
 from seq2seq.data import malformed, vocab_size
 from seq2seq.data.describe import PERCENTILES, Report, describe_corpus
@@ -120,8 +121,11 @@ def render(report: Report, cfg: DataConfig) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Print the report; exit status 1 when training would stop on this corpus, or on bad input
     (one ``error:`` line)."""
+    args = sys.argv[1:] if argv is None else argv
+    if help_asked(args, __doc__):
+        return 0
     try:
-        cfg = data_config(sys.argv[1:] if argv is None else argv)
+        cfg = data_config(args)
         report = describe_corpus(cfg)
     except (ConfigError, DataError) as err:
         print(f"error: {err}", file=sys.stderr)
