@@ -4,11 +4,10 @@ Each setting trains ``python train.py`` for ``--minutes`` in a subprocess (the d
 final validation included) while a thread reads the resident memory of the process and of its
 loader workers from /proc every second. Settings: ``jemalloc`` (``SEQ2SEQ_ALLOCATOR=jemalloc``:
 what ``auto`` picks on a CPU with native bf16) and ``system`` (the C library's malloc, what it picks
-elsewhere), with ``--jemalloc-conf CONF``
-also ``jemalloc+CONF`` (jemalloc under ``MALLOC_CONF=CONF``), and with ``--baseline DIR`` also that
-checkout's ``train.py`` (the code before a change) under the system allocator; rounds
-alternate the settings. Prints ``RATIO`` lines against ``system`` and writes a record with
-``--record NAME``.
+elsewhere), with ``--jemalloc-conf CONF`` also ``jemalloc+CONF`` (jemalloc under
+``MALLOC_CONF=CONF``), and with ``--baseline DIR`` also that checkout's ``train.py`` (the code
+before a change) under the system allocator; rounds alternate the settings. Prints ``RATIO``
+lines against ``system`` and writes a record with ``--record NAME``.
 
     python -m bench.memory --minutes 3
     python -m bench.memory --minutes 3 --jemalloc-conf oversize_threshold:0
@@ -86,6 +85,12 @@ def sample(pid: int, samples: list[tuple[float, int, int, int]], done: threading
             samples.append((seconds, values[0][0], sum(r for r, _ in values), sum(p for _, p in values)))
 
 
+def growth(samples: list[tuple[float, int, int, int]]) -> float:
+    """The process's peak after the first third of the run over its peak in the first third."""
+    third = samples[-1][0] / 3
+    return max(s[1] for s in samples if s[0] >= third) / max(s[1] for s in samples if s[0] < third)
+
+
 def train(
     setting: str, code: Path, allocator: dict[str, str], minutes: int, precision: str, run_dir: Path
 ) -> dict[str, float]:
@@ -112,13 +117,11 @@ def train(
     if process.returncode != 0:
         sys.exit(f"error: {setting} run failed: {err.decode(errors='replace').strip().splitlines()[-1:]}")
     steps = STEP_LINE.findall((run_dir / "train.log").read_text())
-    third = samples[-1][0] / 3  # growth: the process's peak in the last two thirds over the first third's
-    first = max(own for seconds, own, *_ in samples if seconds < third)
     return {
         "peak_rss_gib": max(s[1] for s in samples) / GIB,
         "peak_tree_rss_gib": max(s[2] for s in samples) / GIB,
         "peak_tree_pss_gib": max(s[3] for s in samples) / GIB,
-        "growth": max(s[1] for s in samples if s[0] >= third) / first - 1,
+        "growth": growth(samples) - 1,
         "steps": int(steps[-1][0]) if steps else 0,
         "tokens_per_s": statistics.median(int(rate) for _, rate in steps[1:]) if len(steps) > 1 else 0.0,
     }

@@ -34,6 +34,7 @@ from typing import Any
 import seq2seq.use_jemalloc  # noqa: F401  (as train.py: restarts under jemalloc where installed)
 from bench.loop_run import ROOT, run_loop, with_recipe
 from bench.measure import RECORDS, add_target_option, machine, ratio_line, target_for, targets, write_record
+from bench.memory import growth
 from bench.memory import sample as sample_tree
 from seq2seq.hardware import describe
 from seq2seq.memory import allocator_in_use
@@ -176,12 +177,6 @@ def windows(rss: list[tuple], events: list[dict], by: str, size: float) -> list[
         row["validations_at_step"] = validations
         rows.append(row)
     return rows
-
-
-def growth(rss: list[tuple]) -> float:
-    """The process's peak after the first third of the run over its peak in the first third."""
-    third = rss[-1][0] / 3
-    return max(s[1] for s in rss if s[0] >= third) / max(s[1] for s in rss if s[0] < third)
 
 
 def trace_record(name: str, rows: list[dict], notes: str) -> dict[str, Any]:
