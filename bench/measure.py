@@ -105,13 +105,28 @@ class AnonymousPeak:
 
     def __init__(self) -> None:
         self.peak_kib = 0
+        self.stage_peak_kib = 0  # since the last :meth:`end_stage`
+        self.stages: dict[str, int] = {}  # the peak of each ended stage, KiB
+        self._lock = threading.Lock()
         threading.Thread(target=self._watch, daemon=True).start()
+
+    def end_stage(self, name: str) -> None:
+        """Record the peak since the last stage ended as ``name``'s (the higher one if it recurs)."""
+        self._sample()
+        with self._lock:
+            self.stages[name] = max(self.stages.get(name, 0), self.stage_peak_kib)
+            self.stage_peak_kib = 0
+
+    def _sample(self) -> None:
+        with open("/proc/self/status") as status:
+            line = next(line for line in status if line.startswith("RssAnon:"))
+        kib = int(line.split()[1])
+        with self._lock:
+            self.peak_kib, self.stage_peak_kib = max(self.peak_kib, kib), max(self.stage_peak_kib, kib)
 
     def _watch(self) -> None:
         while True:
-            with open("/proc/self/status") as status:
-                line = next(line for line in status if line.startswith("RssAnon:"))
-            self.peak_kib = max(self.peak_kib, int(line.split()[1]))
+            self._sample()
             time.sleep(0.02)
 
 

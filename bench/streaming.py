@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
+import re
 import resource
 import statistics
 import subprocess
@@ -45,6 +47,21 @@ TARGETS = {
     "streamed_warm_start_s": 10.0,  # process start to the first training batch, at most
 }
 MODES = {"memory": False, "streamed": True}
+_WHICH_SHARD, _WHICH_FILES = re.compile(r"shard \d+ of \d+"), re.compile(r" of /.*")
+
+
+class _StageEnds(logging.Handler):
+    """Ends a stage of :class:`AnonymousPeak` at each cache the data stage reports built, so the cold
+    run's peak is split by what was being built (every shard's encoding counts as one stage)."""
+
+    def __init__(self, anonymous: AnonymousPeak) -> None:
+        super().__init__(logging.INFO)
+        self.anonymous = anonymous
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.msg.startswith("built the %s") and record.args:
+            what = _WHICH_SHARD.sub("shards", str(record.args[0]))
+            self.anonymous.end_stage(_WHICH_FILES.sub("", what))
 
 
 def _child(path: str, cache_dir: str, streaming: str, batches: str, started: str) -> None:
@@ -52,10 +69,14 @@ def _child(path: str, cache_dir: str, streaming: str, batches: str, started: str
     import datasets
 
     anonymous = AnonymousPeak()
+    data_log = logging.getLogger("seq2seq.data")
+    data_log.setLevel(logging.INFO)
+    data_log.addHandler(_StageEnds(anonymous))
     datasets.disable_progress_bars()
     dm = TranslationDataModule(DataConfig(path=path, cache_dir=cache_dir, streaming=streaming == "True"))
     dm.setup("fit")
     ready = time.time()
+    anonymous.end_stage("the rest of the setup")
     loader = iter(dm.train_dataloader())
     first = next(loader)
     first_at = time.time()
@@ -65,6 +86,7 @@ def _child(path: str, cache_dir: str, streaming: str, batches: str, started: str
         if read == int(batches):
             break
     seconds = time.time() - first_at
+    anonymous.end_stage("training batches")
     del loader, batch  # joins the worker, so that its peak is counted below
     own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
     worker = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20
@@ -76,6 +98,7 @@ def _child(path: str, cache_dir: str, streaming: str, batches: str, started: str
         "worker_peak_rss_gib": worker,
         "rank_peak_rss_gib": own + worker,
         "peak_anonymous_gib": anonymous.peak_kib / 2**20,
+        "stage_anonymous_gib": {name: kib / 2**20 for name, kib in anonymous.stages.items()},
     }
     print(json.dumps(result))
 
@@ -111,6 +134,16 @@ def measure(
     return results
 
 
+def _tokenizer_stage(cold: dict) -> float:
+    """The cold run's peak anonymous GiB while BPE learnt from its sample."""
+    return cold["stage_anonymous_gib"]["tokenizer"]
+
+
+def _besides_tokenizer(cold: dict) -> float:
+    """The cold run's peak anonymous GiB over every stage but the tokenizer's."""
+    return max(gib for stage, gib in cold["stage_anonymous_gib"].items() if stage != "tokenizer")
+
+
 def _median(runs: list[dict], key: str) -> float:
     return statistics.median(run[key] for run in runs)
 
@@ -126,6 +159,7 @@ def rows(sizes: dict[int, dict[str, dict]]) -> tuple[list[list[str]], list[tuple
                     f"{pairs / 1e6:g} M, {mode}",
                     f"{cold['setup_s']:.0f} s",
                     f"{cold['peak_rss_gib']:.2f} / {cold['peak_anonymous_gib']:.2f}",
+                    f"{_tokenizer_stage(cold):.2f} / {_besides_tokenizer(cold):.2f}",
                     f"{_median(warm, 'first_batch_s'):.1f} s",
                     f"{_median(warm, 'rank_peak_rss_gib'):.2f} ({_median(warm, 'worker_peak_rss_gib'):.2f})",
                     f"{_median(warm, 'tokens_per_s'):,.0f}",
@@ -154,6 +188,11 @@ def rows(sizes: dict[int, dict[str, dict]]) -> tuple[list[list[str]], list[tuple
                 / sizes[smallest][mode]["cold"]["peak_anonymous_gib"]
             )
             ratios.append((f"streamed_cold_anonymous_growth_{largest}_over_{smallest}", cold))
+            besides = _besides_tokenizer(sizes[largest][mode]["cold"]) / _besides_tokenizer(
+                sizes[smallest][mode]["cold"]
+            )
+            name = f"streamed_cold_anonymous_growth_{largest}_over_{smallest}_besides_the_tokenizer"
+            ratios.append((name, besides))
     return table, ratios
 
 
@@ -161,6 +200,7 @@ HEADER = [
     "pairs, path",
     "cold build (setup)",
     "cold peak RSS / anonymous, GiB",
+    "cold peak anonymous while BPE learns / in every other stage, GiB",
     "warm: to the first batch",
     "warm: peak RSS of the process and its loader worker (worker), GiB",
     "loader tokens/s",

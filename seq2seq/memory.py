@@ -17,6 +17,7 @@ Lightning's launcher see nothing, and its children inherit it. ``SEQ2SEQ_ALLOCAT
 
 from __future__ import annotations
 
+import ctypes
 import ctypes.util
 import os
 import sys
@@ -66,6 +67,18 @@ def allocator(env: Mapping[str, str], maps: str, library: str | None, native_bf1
     if library is None:
         return "the C library's malloc (no jemalloc installed: see docs/troubleshooting.md, memory)"
     return "the C library's malloc (jemalloc is preloaded by train.py, not by this command)"
+
+
+def hand_back_free_heap() -> None:
+    """Return the C library's free heap pages to the system (``malloc_trim``), where there is one.
+
+    Call it after a large job whose memory is gone for good, such as the BPE trainer's word tables:
+    malloc keeps freed chunks in the heaps of the threads that freed them, so without it the process
+    would hold that job's peak for as long as it lives. Elsewhere (another C library, jemalloc's own
+    heap) it does nothing."""
+    trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
+    if trim is not None:
+        trim(0)
 
 
 def _native_bf16() -> bool:

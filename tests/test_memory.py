@@ -1,6 +1,7 @@
 """Training's allocator: jemalloc preloaded on a CPU with native bf16 where installed, malloc
-elsewhere, either on request; evaluation loads without a worker process."""
+elsewhere, either on request; evaluation loads without a worker process; freed heap handed back."""
 
+import ctypes
 import subprocess
 import sys
 from dataclasses import replace
@@ -78,3 +79,39 @@ def test_the_run_log_says_which_allocator_runs_and_why() -> None:
     assert allocator({CHOICE: "system"}, "", LIBRARY, True).endswith(f"({CHOICE}=system)")
     assert "no native bf16" in allocator({}, "", LIBRARY, False)
     assert "no jemalloc installed" in allocator({}, "", None, True)
+
+
+_FREED_HEAP = """
+import ctypes
+from seq2seq.memory import hand_back_free_heap
+
+libc = ctypes.CDLL(None)
+libc.malloc.restype, libc.free.argtypes = ctypes.c_void_p, [ctypes.c_void_p]
+
+def anonymous_kib():
+    return next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("RssAnon:"))
+
+chunks = [libc.malloc(4096) for _ in range(50_000)]  # 200 MiB of small chunks, in the heap
+for chunk in chunks:
+    ctypes.memset(chunk, 1, 4096)
+for chunk in chunks[:-1]:  # the last one stays, so the heap's top cannot shrink by itself
+    libc.free(chunk)
+kept = anonymous_kib()
+hand_back_free_heap()
+print(kept, anonymous_kib())
+"""
+
+
+@pytest.mark.skipif(not hasattr(ctypes.CDLL(None), "malloc_trim"), reason="no glibc malloc_trim")
+def test_freed_heap_pages_go_back_to_the_system() -> None:
+    """What a finished job freed stays in malloc's heap until it is handed back."""
+    done = subprocess.run(
+        [sys.executable, "-c", _FREED_HEAP],
+        env={"PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    kept, after = map(int, done.stdout.split())
+    assert after < kept - 150 * 1024, (kept, after)
