@@ -68,6 +68,7 @@ def _child(path: str, cache_dir: str, streaming: str, batches: str, started: str
     """Setup (building what is missing), then ``batches`` training batches through one loader worker."""
     import datasets
 
+    imported = time.time()  # the interpreter started and this module's imports (torch, Lightning) done
     anonymous = AnonymousPeak()
     data_log = logging.getLogger("seq2seq.data")
     data_log.setLevel(logging.INFO)
@@ -91,6 +92,7 @@ def _child(path: str, cache_dir: str, streaming: str, batches: str, started: str
     own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
     worker = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20
     result = {
+        "imports_s": imported - float(started),
         "setup_s": ready - float(started),
         "first_batch_s": first_at - float(started),
         "tokens_per_s": (tokens - first.real_tokens()) / max(seconds, 1e-9),
@@ -160,7 +162,7 @@ def rows(sizes: dict[int, dict[str, dict]]) -> tuple[list[list[str]], list[tuple
                     f"{cold['setup_s']:.0f} s",
                     f"{cold['peak_rss_gib']:.2f} / {cold['peak_anonymous_gib']:.2f}",
                     f"{_tokenizer_stage(cold):.2f} / {_besides_tokenizer(cold):.2f}",
-                    f"{_median(warm, 'first_batch_s'):.1f} s",
+                    f"{_median(warm, 'first_batch_s'):.1f} s ({_median(warm, 'imports_s'):.1f} s)",
                     f"{_median(warm, 'rank_peak_rss_gib'):.2f} ({_median(warm, 'worker_peak_rss_gib'):.2f})",
                     f"{_median(warm, 'tokens_per_s'):,.0f}",
                 ]
@@ -201,7 +203,7 @@ HEADER = [
     "cold build (setup)",
     "cold peak RSS / anonymous, GiB",
     "cold peak anonymous while BPE learns / in every other stage, GiB",
-    "warm: to the first batch",
+    "warm: to the first batch (of which starting Python and importing)",
     "warm: peak RSS of the process and its loader worker (worker), GiB",
     "loader tokens/s",
 ]
