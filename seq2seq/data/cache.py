@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from seq2seq.config import DataError
+from seq2seq.memory import hand_back_free_heap
 
 log = logging.getLogger("seq2seq.data")
 
@@ -137,5 +138,6 @@ def build_once(target: Path, build: Callable[[Path], None], what: str, timeout: 
         start = time.perf_counter()
         log.info("building the %s into %s", what, target)
         build_into_place(target, build)
+        hand_back_free_heap()  # a build's tables (the BPE trainer's words, a split's arrays) are done with
         log.info("built the %s in %.1fs", what, time.perf_counter() - start)
         return True

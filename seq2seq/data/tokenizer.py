@@ -24,7 +24,6 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 
 from seq2seq.config import SENTENCEPIECE, SPECIAL_IDS
 from seq2seq.data.sentencepiece_model import SentencePieceSide
-from seq2seq.memory import hand_back_free_heap
 
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = SPECIAL_IDS.pad, SPECIAL_IDS.bos, SPECIAL_IDS.eos, SPECIAL_IDS.unk
 _TOKEN_OF_ID = {PAD_ID: "<pad>", BOS_ID: "<s>", EOS_ID: "</s>", UNK_ID: "<unk>"}
@@ -87,14 +86,11 @@ class TranslationTokenizer:
     def train(
         cls, sources: Iterable[str], targets: Iterable[str], vocab_size: int, shared: bool
     ) -> TranslationTokenizer:
-        """Learn BPE merges from streamed text; ``vocab_size`` applies per tokenizer. The trainer's
-        tables (every distinct word of the text) are handed back to the system once it is done."""
+        """Learn BPE merges from streamed text; ``vocab_size`` applies per tokenizer."""
         if shared:
-            src = tgt = _train_one(chain(sources, targets), vocab_size)
-        else:
-            src, tgt = _train_one(sources, vocab_size), _train_one(targets, vocab_size)
-        hand_back_free_heap()
-        return cls(src, tgt)
+            tokenizer = _train_one(chain(sources, targets), vocab_size)
+            return cls(tokenizer, tokenizer)
+        return cls(_train_one(sources, vocab_size), _train_one(targets, vocab_size))
 
     @property
     def src_vocab_size(self) -> int:
