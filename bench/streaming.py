@@ -248,7 +248,7 @@ def report(args: argparse.Namespace, machine: str, table: list[list[str]], ratio
         notes = (
             f"python -m bench.streaming --pairs {' '.join(map(str, args.pairs))} --repeats {args.repeats} "
             f"--batches {args.batches}"
-            + (f" --memory-up-to {args.memory_up_to}" if args.memory_up_to else "")
+            + (f" --memory-up-to {args.memory_up_to}" if args.memory_up_to is not None else "")
             + ": medians of the alternated warm runs, one loader worker"
         )
         write_record(args.record, table_record(args.record.stem, machine, notes, HEADER, table, dict(ratios)))
