@@ -28,3 +28,8 @@ def cpu_model_and_flags() -> tuple[str, frozenset[str]]:
         return parse_cpuinfo(Path("/proc/cpuinfo").read_text(errors="replace"))
     except OSError:
         return platform.processor() or platform.machine(), frozenset()
+
+
+def has_native_bf16() -> bool:
+    """Whether this CPU does bf16 dot products in hardware (:data:`NATIVE_BF16`)."""
+    return bool(cpu_model_and_flags()[1] & NATIVE_BF16)

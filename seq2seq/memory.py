@@ -24,7 +24,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from seq2seq.cpu_flags import NATIVE_BF16, cpu_model_and_flags
+from seq2seq.cpu_flags import has_native_bf16
 
 CHOICE = "SEQ2SEQ_ALLOCATOR"
 CHOICES = ("auto", "jemalloc", "system")  # auto: jemalloc on a CPU with native bf16, else malloc
@@ -81,21 +81,17 @@ def hand_back_free_heap() -> None:
         trim(0)
 
 
-def _native_bf16() -> bool:
-    return bool(cpu_model_and_flags()[1] & NATIVE_BF16)
-
-
 def allocator_in_use() -> str:
     """:func:`allocator` for this process."""
     try:
         maps = Path("/proc/self/maps").read_text()
     except OSError:  # not Linux: nothing is preloaded
         maps = ""
-    return allocator(os.environ, maps, jemalloc_library(), _native_bf16())
+    return allocator(os.environ, maps, jemalloc_library(), has_native_bf16())
 
 
 def preload_jemalloc() -> None:
     """Restart this command with jemalloc preloaded where that applies; call it before torch loads."""
-    env = preloaded_environment(os.environ, jemalloc_library(), _native_bf16())
+    env = preloaded_environment(os.environ, jemalloc_library(), has_native_bf16())
     if env is not None:
         os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)

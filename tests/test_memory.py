@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from seq2seq.config import DataConfig
-from seq2seq.cpu_flags import NATIVE_BF16, cpu_model_and_flags
+from seq2seq.cpu_flags import has_native_bf16
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.memory import CHOICE, allocator, jemalloc_library, preloaded_environment
 
@@ -60,8 +60,7 @@ def _mapped_libraries(choice: str) -> str:
 def test_the_launch_restarts_under_jemalloc_and_the_system_choice_keeps_malloc() -> None:
     assert "libjemalloc" in _mapped_libraries("jemalloc")
     assert "libjemalloc" not in _mapped_libraries("system")
-    native_bf16 = bool(cpu_model_and_flags()[1] & NATIVE_BF16)
-    assert ("libjemalloc" in _mapped_libraries("auto")) == native_bf16
+    assert ("libjemalloc" in _mapped_libraries("auto")) == has_native_bf16()
 
 
 def test_evaluation_loads_in_process_whatever_the_training_workers(tiny_data_cfg: DataConfig) -> None:
