@@ -99,6 +99,16 @@ def busy_process() -> Iterator[None]:
         process.wait()
 
 
+def memory_status() -> dict[str, int]:
+    """RSS and its anonymous and file-backed parts, in bytes, from /proc/self/status."""
+    fields = {}
+    for line in Path("/proc/self/status").read_text().splitlines():
+        name, _, value = line.partition(":")
+        if name in ("VmRSS", "RssAnon", "RssFile"):
+            fields[name] = int(value.split()[0]) * 1024
+    return fields
+
+
 class AnonymousPeak:
     """Peak anonymous memory (heap, arrays) of this process, sampled every 20 ms. Peak RSS also
     counts the pages of memory-mapped caches that were read, which the kernel can drop at will."""
@@ -118,9 +128,7 @@ class AnonymousPeak:
             self.stage_peak_kib = 0
 
     def _sample(self) -> None:
-        with open("/proc/self/status") as status:
-            line = next(line for line in status if line.startswith("RssAnon:"))
-        kib = int(line.split()[1])
+        kib = memory_status()["RssAnon"] // 1024
         with self._lock:
             self.peak_kib, self.stage_peak_kib = max(self.peak_kib, kib), max(self.stage_peak_kib, kib)
 

@@ -33,7 +33,16 @@ from typing import Any
 
 import seq2seq.use_jemalloc  # noqa: F401  (as train.py: restarts under jemalloc where installed)
 from bench.loop_run import ROOT, run_loop, with_recipe
-from bench.measure import RECORDS, add_target_option, machine, ratio_line, target_for, targets, write_record
+from bench.measure import (
+    RECORDS,
+    add_target_option,
+    machine,
+    memory_status,
+    ratio_line,
+    target_for,
+    targets,
+    write_record,
+)
 from bench.memory import growth
 from bench.memory import sample as sample_tree
 from seq2seq.hardware import describe
@@ -47,16 +56,6 @@ TARGETS = {
     "memory_trace_growth": 1.05,  # the process's peak after the first third over its peak in it, at most
     "memory_trace_peak_tree_rss_gib": 2.0,  # the process and its loader worker, at most (GiB)
 }
-
-
-def memory_status() -> dict[str, int]:
-    """RSS and its anonymous and file-backed parts, in bytes, from /proc/self/status."""
-    fields = {}
-    for line in Path("/proc/self/status").read_text().splitlines():
-        name, _, value = line.partition(":")
-        if name in ("VmRSS", "RssAnon", "RssFile"):
-            fields[name] = int(value.split()[0]) * 1024
-    return fields
 
 
 _MALLINFO2 = ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks")
