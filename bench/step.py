@@ -101,7 +101,7 @@ def train_step_fn(
     """One optimisation step on a batch (on the model's device), the way the Lightning module does it:
     forward and loss under autocast, gradient clipping by norm, AdamW fused where the module fuses it."""
     device = next(model.parameters()).device.type
-    fused = fused_adamw_applies(device, PRECISIONS[dtype])
+    fused = fused_adamw_applies(PRECISIONS[dtype])
     optimizer = adamw(model.parameters(), fused=fused, lr=1e-4, betas=(0.9, 0.98))
 
     def step(batch: Batch) -> None:

@@ -2,12 +2,10 @@
 malloc elsewhere, because each keeps memory flat in its own case and costs speed in the other's.
 
 Under bf16 autocast, a step's short-lived, variously shaped casts make glibc's heaps grow through
-the run (to 7 GB for the small model on a Xeon with AMX); jemalloc hands freed pages back after a
-few seconds and stayed under 2 GB, at more steps. In float32, glibc reuses what a step frees and
-its memory stays flat, while jemalloc's handing back costs a page fault for each page the next
-step touches again: 15 % fewer steps on an AVX2 CPU (docs/performance.md, Memory). ``auto``
-therefore preloads jemalloc on a CPU with native bf16 instructions, the only CPUs where the
-precision rule picks bf16, and keeps malloc elsewhere.
+the run, where jemalloc hands freed pages back. In float32, glibc reuses what a step frees, while
+jemalloc's handing back costs a page fault for each page the next step touches again (the figures:
+docs/performance.md, Memory). ``auto`` therefore preloads jemalloc on a CPU with native bf16
+instructions, the only CPUs where the precision rule picks bf16, and keeps malloc elsewhere.
 
 A preloaded allocator must be there when the process starts, so :func:`preload_jemalloc`
 re-executes the command with ``LD_PRELOAD`` set: the process keeps its id, so torchrun, srun and

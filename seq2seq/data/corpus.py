@@ -134,7 +134,7 @@ def _load_hub(cfg: DataConfig) -> tuple[datasets.Dataset, dict[str, int]]:
     kept = pairs.filter(_both_sides, batched=True)
     if len(kept) == 0:
         raise DataError(f"hub dataset {cfg.hub_dataset} holds no usable {cfg.direction} pairs")
-    empty = len(pairs) - len(kept)  # filtered as before, not checked against data.max_malformed_share
+    empty = len(pairs) - len(kept)  # rows lacking a side: dropped, not held to max_malformed_share
     return kept, {"pairs": len(kept), "malformed_lines": empty, "malformed": {}, "unit": "row"}
 
 

@@ -220,7 +220,7 @@ class TranslationModule(pl.LightningModule):
         self.log("hp/best_bleu", self.best_bleu, sync_dist=True, reduce_fx="max")
 
     def configure_optimizers(self) -> Any:
-        fused = fused_adamw_applies(self.device.type, str(self.trainer.precision))
+        fused = fused_adamw_applies(str(self.trainer.precision))
         optimizer = build_optimizer(self.model, self.optim_cfg, fused)
         scheduler = lr_schedule(optimizer, self.optim_cfg, budget_spent(self.trainer))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

@@ -34,13 +34,15 @@ def adamw(params: Iterable[Tensor], fused: bool, **hyperparameters: Any) -> torc
     return torch.optim.AdamW(params, foreach=True, **hyperparameters)
 
 
-def fused_adamw_applies(device_type: str, precision: str) -> bool:
-    """Whether training takes the fused AdamW: on a CPU, unless fp16 loss scaling is on.
+def fused_adamw_applies(precision: str) -> bool:
+    """Whether training takes the fused AdamW: on any device, unless fp16 loss scaling is on.
 
     With fp16 gradients are scaled, and the fused kernel would unscale them inside its step, after
-    clipping; fp32 and bf16 need no scaling. (On a GPU the multi-tensor kernels stay, as before.)
+    clipping; fp32 and bf16 need no scaling. On a GPU the fused kernel also keeps each parameter's
+    step counter on the device, where the multi-tensor kernels read every counter back to the host
+    at each step.
     """
-    return device_type == "cpu" and not precision.startswith("16")
+    return not precision.startswith("16")
 
 
 def configured_adamw(params: list[Tensor], fused: bool, cfg: OptimConfig) -> torch.optim.AdamW:
@@ -64,9 +66,7 @@ class MuonWithAdamW(torch.optim.Optimizer):
         self.muon = torch.optim.Muon(
             matrices, lr=cfg.lr, weight_decay=cfg.weight_decay, adjust_lr_fn="match_rms_adamw"
         )
-        self.adamw = adamw(
-            rest, fused, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay
-        )
+        self.adamw = configured_adamw(rest, fused, cfg)
         super().__init__([*self.muon.param_groups, *self.adamw.param_groups], {})
 
     @torch.no_grad()
@@ -92,9 +92,7 @@ def build_optimizer(model: Transformer, cfg: OptimConfig, fused: bool) -> torch.
     """``optim.optimizer``'s choice over the model's parameters (a tied embedding counts once)."""
     params = list(model.parameters())
     if cfg.optimizer == "adamw":
-        return adamw(
-            params, fused, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay
-        )
+        return configured_adamw(params, fused, cfg)
     matrices = layer_matrices(model)
     return MuonWithAdamW(
         [p for p in params if p in matrices], [p for p in params if p not in matrices], fused, cfg
