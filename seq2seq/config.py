@@ -114,6 +114,7 @@ class DataConfig:
     shared_vocab: bool = True  # one tokenizer for both languages
     tokenizer_max_pairs: int = 1_000_000  # BPE learns from at most this many training pairs, evenly spread
     max_tokens: int = 4096  # token budget of one training batch (padded tokens)
+    static_shapes: bool = False  # training batches padded to a few fixed shapes, for a captured GPU step
     eval_max_tokens: int = 4096  # token budget of evaluation batches (loss and decoding) and of translate.py
     num_workers: int = 1  # worker processes of the training loader; evaluation loads in the process
     cache_dir: str = "~/.cache/seq2seq"  # cleaned corpus, split, tokenizers and encodings

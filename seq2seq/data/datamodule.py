@@ -29,6 +29,7 @@ from seq2seq.data.batching import Batch, collate
 from seq2seq.data.cache import build_once, digest
 from seq2seq.data.given_tokenizer import read_given
 from seq2seq.data.sampler import BatchOrder, TokenBudgetBatchSampler
+from seq2seq.data.static_shapes import StaticShapes, static_collate
 from seq2seq.data.stream import StreamedBatchSampler, StreamedPairs
 from seq2seq.data.tokenizer import TranslationTokenizer, config_key
 
@@ -201,48 +202,65 @@ class TranslationDataModule(pl.LightningDataModule):
             return trainer.global_rank, trainer.world_size
         return 0, 1
 
-    def _loader(self, name: str, sampler: TokenBudgetBatchSampler | StreamedBatchSampler) -> DataLoader:
+    def _loader(
+        self,
+        name: str,
+        sampler: TokenBudgetBatchSampler | StreamedBatchSampler,
+        shapes: StaticShapes | None = None,
+    ) -> DataLoader:
         # Evaluation loads in this process: a worker started at the first validation would be a
         # fork of the grown training process.
         workers = self.cfg.num_workers if name == "train" else 0
         on_gpu = self.trainer is not None and self.trainer.strategy.root_device.type == "cuda"
         truncate = self.cfg.too_long == "truncate"
         streamed = name == "train" and self.streamed is not None
+        collate_fn = partial(truncating_collate, max_length=self.cfg.max_length) if truncate else collate
+        if shapes is not None:
+            collate_fn = partial(static_collate, collate=collate_fn, shapes=shapes)
         return DataLoader(
             self.streamed if streamed else self.splits[name].select_columns(["src_ids", "tgt_ids"]),
             batch_sampler=sampler,
-            collate_fn=partial(truncating_collate, max_length=self.cfg.max_length) if truncate else collate,
+            collate_fn=collate_fn,
             num_workers=workers,
             persistent_workers=workers > 0,
             worker_init_fn=leave_sigterm_to_the_trainer if workers else None,
             pin_memory=on_gpu,  # page-locked batches: Lightning's copies to the GPU are then asynchronous
         )
 
-    def _sampler(self, name: str, max_tokens: int, shuffle: bool) -> TokenBudgetBatchSampler:
+    def _sampler(
+        self, name: str, max_tokens: int, shuffle: bool, shapes: StaticShapes | None = None
+    ) -> TokenBudgetBatchSampler:
         rank, world_size = self._rank()
-        return TokenBudgetBatchSampler(self.lengths[name], max_tokens, shuffle, self.seed, rank, world_size)
+        lengths = self.lengths[name] if shapes is None else shapes.rounded(self.lengths[name])
+        return TokenBudgetBatchSampler(lengths, max_tokens, shuffle, self.seed, rank, world_size)
 
-    def _streamed_sampler(self) -> StreamedBatchSampler:
+    def _static_shapes(self) -> StaticShapes | None:
+        """The training batches' shapes with ``data.static_shapes``; None: each batch has its own."""
+        cfg = self.cfg
+        return StaticShapes.of(cfg.max_length, cfg.max_tokens) if cfg.static_shapes else None
+
+    def _streamed_sampler(self, shapes: StaticShapes | None) -> StreamedBatchSampler:
         """The training sampler over the store, at the epoch being started: a streamed epoch's length
         is its own, so Lightning builds the loader anew each epoch and reads its length then."""
         rank, world_size = self._rank()
         truncate = self.cfg.too_long == "truncate"
         store, cfg = self.streamed.store, self.cfg
         sampler = StreamedBatchSampler(
-            store, cfg.max_tokens, self.seed, cfg.max_length, truncate, rank, world_size
+            store, cfg.max_tokens, self.seed, cfg.max_length, truncate, rank, world_size, shapes=shapes
         )
         sampler.set_epoch(self.trainer.current_epoch if self.trainer is not None else 0)
         return sampler
 
     def train_dataloader(self) -> DataLoader:
         """Shuffled token-budget batches, in the order :class:`~seq2seq.data.sampler.BatchOrder` sets."""
+        shapes = self._static_shapes()
         sampler = (
-            self._streamed_sampler()
+            self._streamed_sampler(shapes)
             if self.cfg.streaming
-            else self._sampler("train", self.cfg.max_tokens, True)
+            else self._sampler("train", self.cfg.max_tokens, True, shapes)
         )
         BatchOrder.continue_interrupted_epoch(sampler, self.trainer)
-        return self._loader("train", sampler)
+        return self._loader("train", sampler, shapes)
 
     def val_dataloader(self) -> DataLoader:
         return self._loader("valid", self._sampler("valid", self.cfg.eval_max_tokens, shuffle=False))

@@ -20,6 +20,7 @@ from torch.utils.data import Dataset, Sampler
 
 from seq2seq.data.batching import Stop, pack, pack_count, too_long
 from seq2seq.data.shards import BlockReader, Store
+from seq2seq.data.static_shapes import StaticShapes
 
 WINDOW_BLOCKS = 16  # blocks sorted together: the larger, the less padding and the longer a window's read
 
@@ -40,6 +41,7 @@ class StreamedBatchSampler(Sampler[list[int]]):
     calls them.
 
     Pairs over ``max_length`` are left out, or, with ``truncate``, batched at the truncated length.
+    With ``shapes``, batches are packed on their pairs' rungs (:mod:`seq2seq.data.static_shapes`).
     """
 
     def __init__(
@@ -52,12 +54,14 @@ class StreamedBatchSampler(Sampler[list[int]]):
         rank: int = 0,
         world_size: int = 1,
         window_blocks: int = WINDOW_BLOCKS,
+        shapes: StaticShapes | None = None,
     ) -> None:
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is outside world_size {world_size}")
         self.store, self.max_tokens, self.seed = store, max_tokens, seed
         self.max_length, self.truncate = max_length, truncate
         self.rank, self.world_size, self.window_blocks = rank, world_size, window_blocks
+        self.shapes = shapes
         self.epoch = 0
         self._stops: tuple[int, tuple[Stop, ...]] = (0, ())  # (epoch, stops): they apply to that epoch only
         self._counts: tuple[int, np.ndarray] | None = None  # (epoch, global batches of each window)
@@ -87,6 +91,8 @@ class StreamedBatchSampler(Sampler[list[int]]):
         else:
             kept = ~too_long(lengths, self.max_length)
             rows, lengths = rows[kept], lengths[kept]
+        if self.shapes is not None:
+            lengths = self.shapes.rounded(lengths)
         rng = np.random.default_rng([self.seed, self.epoch, window])
         shuffled = rng.permutation(len(lengths))  # then a stable sort by length: ties in random order
         order = shuffled[np.argsort(lengths[shuffled].astype(np.uint16), kind="stable")]  # a radix sort
@@ -102,6 +108,8 @@ class StreamedBatchSampler(Sampler[list[int]]):
             kept = per_block[:, :too_long].copy()
             if self.truncate:
                 kept[:, -1] += per_block[:, too_long]  # cut to max_length + 1
+            if self.shapes is not None:
+                kept = self.shapes.rebinned(kept)
             counts = [pack_count(kept[blocks].sum(axis=0), self.max_tokens) for blocks in self.windows()]
             self._counts = (self.epoch, np.asarray(counts, dtype=np.int64))
         return self._counts[1]
