@@ -39,9 +39,9 @@ class StaticShapes:
     max_tokens: int
 
     @classmethod
-    def of(cls, max_length: int, max_tokens: int) -> StaticShapes:
+    def of(cls, max_length: int, max_tokens: int, growth: float = GROWTH) -> StaticShapes:
         """The shapes of training batches of pairs up to ``max_length`` tokens a side (+1 special)."""
-        return cls(ladder(max_length + 1), max_tokens)
+        return cls(ladder(max_length + 1, growth), max_tokens)
 
     def rounded(self, lengths: np.ndarray) -> np.ndarray:
         """Each padded length (N,) rounded up to its rung, what batches are packed on: (N,)."""
