@@ -103,9 +103,13 @@ def test_resume_continues_the_step_count(tmp_path):
     assert sorted(p.name for p in last.parent.iterdir()) == ["best.ckpt", "last.ckpt"]  # no best-v1.ckpt
 
 
-@pytest.mark.parametrize("variant", ["optim.optimizer=adamw", "optim.optimizer=muon", "model.qk_norm=true"])
+@pytest.mark.parametrize(
+    "variant",
+    ["optim.optimizer=adamw", "optim.optimizer=muon", "model.qk_norm=true", "data.static_shapes=true"],
+)
 def test_a_resumed_run_ends_with_the_weights_of_one_that_ran_through(tmp_path, variant) -> None:
-    """Each optimizer's state and each model variant's weights survive the checkpoint."""
+    """Each optimizer's state and each model variant's weights survive the checkpoint, and static
+    batch shapes resume at the batch where the run stopped."""
     cache, steps = tmp_path / "cache", ("trainer.max_epochs=-1", "trainer.max_steps=8")
     train(tiny_run(tmp_path / "through", cache, variant, *steps))
     train(tiny_run(tmp_path / "resumed", cache, variant, "trainer.max_epochs=-1", "trainer.max_steps=4"))
