@@ -1,12 +1,12 @@
-"""Padding of token-budget batches against random batches of the same mean size, and against the
-static shapes of ``data.static_shapes``, on the bundled corpus.
+"""Padding of token-budget batches on the bundled corpus, against random batches and static shapes.
 
 The training split of the default data settings, batched as the token-budget sampler batches it
 (pairs of similar length together) and, for comparison, in random batches of a fixed size that
 gives as many batches; the share of the source and target tensors that is padding, over all batches.
-With static shapes, both tensors of a batch are padded to its rung and its rung's rows (filler rows
-count as padding), for the ladder of each ``--growth``; the default ladder's is the ratio. With
-``--record``, a table record of the ladders for docs/records/.
+With static shapes, both tensors of a batch are padded to its rung and to its rung's rows (filler
+rows count as padding), on ladders of several growths; the ratio is the default ladder's padding
+over the token-budget batches', in points. With ``--record``, a table record of the ladders for
+docs/records/.
 
     python -m bench.data_padding --record docs/records/static-shapes-padding.json
 """
