@@ -50,10 +50,11 @@ class StaticShapes:
     def rebinned(self, histogram: np.ndarray) -> np.ndarray:
         """Histograms (..., L) of padded lengths up to the top rung (L - 1 at most) as histograms of
         their rungs, same shape: what :func:`~seq2seq.data.batching.pack_count` counts batches of."""
-        lengths = np.arange(histogram.shape[-1])
-        to_rung = np.zeros((len(lengths), len(lengths)), dtype=histogram.dtype)  # (L, L)
-        to_rung[lengths, self.rounded(lengths)] = 1
-        return histogram @ to_rung
+        rungs = self.rounded(np.arange(histogram.shape[-1]))  # (L,), non-decreasing
+        first = np.flatnonzero(np.diff(rungs, prepend=-1))  # the first length of each rung
+        rebinned = np.zeros_like(histogram)
+        rebinned[..., rungs[first]] = np.add.reduceat(histogram, first, axis=-1)
+        return rebinned
 
     def shape(self, length: int) -> tuple[int, int]:
         """(rows, rung) of every batch whose longest pair is ``length`` tokens long, padded."""
