@@ -142,6 +142,17 @@ def levers_table(records: dict[str, dict[str, Any]], table: str) -> str:
     return markdown(header, rows)
 
 
+def measurements_table(records: dict[str, dict[str, Any]], table: str) -> str:
+    """One row per measurement: what it measured, its record (a link to the JSON, whose notes say how)
+    and the machine."""
+    rows = [
+        [place["label"], f"[`{record['name']}`](records/{record['name']}.json)",
+         machine(record) if isinstance(record["machine"], dict) else record["machine"]]
+        for record, place in rows_of(records, table)
+    ]  # fmt: skip
+    return markdown(["what", "record", "machine"], rows)
+
+
 def curve_table(records: dict[str, dict[str, Any]], name: str) -> str:
     """The validations of one run, a column each."""
     points = records[name]["validations"]
@@ -234,6 +245,7 @@ TABLES: dict[str, Callable[[dict[str, dict[str, Any]], Any], str]] = {
     "levers-round4": levers_table,
     "ceiling": levers_table,
     "curve": curve_table,
+    "measurements": measurements_table,
     "table": table_record,
     "deltas": lever_deltas,
     "stages": stages_table,
