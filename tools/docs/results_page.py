@@ -143,14 +143,10 @@ def levers_table(records: dict[str, dict[str, Any]], table: str) -> str:
 
 
 def measurements_table(records: dict[str, dict[str, Any]], table: str) -> str:
-    """One row per measurement: what it measured, its record (a link to the JSON, whose notes say how)
-    and the machine."""
-    rows = [
-        [place["label"], f"[`{record['name']}`](records/{record['name']}.json)",
-         machine(record) if isinstance(record["machine"], dict) else record["machine"]]
-        for record, place in rows_of(records, table)
-    ]  # fmt: skip
-    return markdown(["what", "record", "machine"], rows)
+    """One row per measurement: what it measured, and its record (a link to the JSON, whose notes
+    say how and on which machine)."""
+    rows = [[place["label"], f"[`{r['name']}`](records/{r['name']}.json)"] for r, place in rows_of(records, table)]
+    return markdown(["what", "record"], rows)
 
 
 def curve_table(records: dict[str, dict[str, Any]], name: str) -> str:
