@@ -143,10 +143,10 @@ def levers_table(records: dict[str, dict[str, Any]], table: str) -> str:
 
 
 def measurements_table(records: dict[str, dict[str, Any]], table: str) -> str:
-    """One row per measurement: what it measured, and its record (a link to the JSON, whose notes
+    """One line per measurement: what it measured, and its record (a link to the JSON, whose notes
     say how and on which machine)."""
-    rows = [[place["label"], f"[`{r['name']}`](records/{r['name']}.json)"] for r, place in rows_of(records, table)]
-    return markdown(["what", "record"], rows)
+    rows = rows_of(records, table)
+    return "".join(f"- {place['label']}: [`{r['name']}`](records/{r['name']}.json)\n" for r, place in rows)
 
 
 def curve_table(records: dict[str, dict[str, Any]], name: str) -> str:
