@@ -18,7 +18,9 @@ from compose import ROOT
 from seq2seq.export.__main__ import main as export
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-BLOCK = re.compile(r"^(?:<!-- snippet not run: (?P<why>[^>]*?) -->\n)?```python\n(?P<code>.*?)^```", re.M | re.S)
+BLOCK = re.compile(
+    r"^(?:<!-- snippet not run: (?P<why>[^>]*?) -->\n)?```python\n(?P<code>.*?)^```", re.M | re.S
+)
 
 
 def snippets() -> list[tuple[str, str, str | None]]:
@@ -47,7 +49,10 @@ def workdir(trained_ckpt: Path, tmp_path_factory: pytest.TempPathFactory) -> Pat
     return directory
 
 
-@pytest.mark.parametrize(("where", "code", "why"), snippets(), ids=lambda value: value if ":" in str(value) else "")
+SNIPPETS = snippets()
+
+
+@pytest.mark.parametrize(("where", "code", "why"), SNIPPETS, ids=[where for where, _, _ in SNIPPETS])
 def test_a_python_snippet_runs(where: str, code: str, why: str | None, workdir: Path, monkeypatch) -> None:
     if why is not None:
         assert why.strip(), f"{where}: a snippet that is not run says why"
