@@ -58,3 +58,63 @@ def test_the_history_words_are_found(text: str) -> None:
 )  # fmt: skip
 def test_plain_words_pass(text: str) -> None:
     assert findings(text) == [], text
+
+
+# The user's pages say what to do and what happens, in the present tense; how a figure was obtained
+# lives in its record's notes, and what changed in CHANGELOG.md.
+USER_PAGES = [ROOT / "README.md", *(ROOT / "docs" / f"{name}.md" for name in (
+    "tutorial", "training", "translating", "data", "serving", "export", "faq", "troubleshooting",
+    "configuration", "distributed",
+))]  # fmt: skip
+MOST_WORDS_A_PAGE = 5_000
+MOST_WORDS_IN_ALL = 24_000
+HISTORY = re.compile(
+    r"\bno longer\b|\bas before\b|\bbefore the [\w-]+ changes?\b|\bthe (?:earlier|previous) "
+    r"(?:version|default|code)\b|\bis now\b|\bare now\b|\bnow (?:runs?|uses?|shuffled|takes?|"
+    r"keeps?|gives?|writes?|reads?)\b|\btargets? (?:is |are )?(?:not )?met\b|\bnot met\b|"
+    r"\bload average\b|\bbefore this (?:change|feature)\b|\bolder than this feature\b",
+    re.I,
+)
+
+
+def words(page: Path) -> int:
+    """The page's words as ``wc -w`` counts them."""
+    return len(page.read_text().split())
+
+
+def history(text: str) -> list[str]:
+    return [f"{text.count(chr(10), 0, m.start()) + 1}: {m.group(0)!r}" for m in HISTORY.finditer(text)]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: page.name)
+def test_no_page_is_over_the_word_limit(page: Path) -> None:
+    assert words(page) <= MOST_WORDS_A_PAGE, f"{page.name}: {words(page)} words"
+
+
+def test_the_pages_together_are_under_the_word_limit() -> None:
+    total = sum(words(page) for page in PAGES)
+    assert total <= MOST_WORDS_IN_ALL, f"README.md and docs/*.md: {total} words"
+
+
+@pytest.mark.parametrize("page", USER_PAGES, ids=lambda page: page.name)
+def test_a_user_page_tells_no_history(page: Path) -> None:
+    assert history(page.read_text()) == [], page.name
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["this no longer happens", "the same lines as before", "before the beam-search changes",
+     "each shard's pairs are now shuffled", "the target is not met", "target met on Zen 3",
+     "at load average 10", "A checkpoint older than this feature", "the previous default made 249 steps"],
+)  # fmt: skip
+def test_the_history_phrases_are_found(text: str) -> None:
+    assert history(text), text
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["the default run", "before training", "the run stops before it writes anything", "met the key",
+     "from now on, run", "a newer version", "the target split", "target types"],
+)  # fmt: skip
+def test_plain_sentences_are_not_history(text: str) -> None:
+    assert history(text) == [], text

@@ -142,6 +142,13 @@ def levers_table(records: dict[str, dict[str, Any]], table: str) -> str:
     return markdown(header, rows)
 
 
+def measurements_table(records: dict[str, dict[str, Any]], table: str) -> str:
+    """One line per measurement: what it measured, and its record (a link to the JSON, whose notes
+    say how and on which machine)."""
+    rows = rows_of(records, table)
+    return "".join(f"- {place['label']}: [`{r['name']}`](records/{r['name']}.json)\n" for r, place in rows)
+
+
 def curve_table(records: dict[str, dict[str, Any]], name: str) -> str:
     """The validations of one run, a column each."""
     points = records[name]["validations"]
@@ -234,6 +241,7 @@ TABLES: dict[str, Callable[[dict[str, dict[str, Any]], Any], str]] = {
     "levers-round4": levers_table,
     "ceiling": levers_table,
     "curve": curve_table,
+    "measurements": measurements_table,
     "table": table_record,
     "deltas": lever_deltas,
     "stages": stages_table,
