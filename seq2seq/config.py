@@ -189,6 +189,8 @@ class DataConfig:
                 "data.streaming=true holds its valid and test sets out of data.path: "
                 "data.valid_path and data.test_path need data.streaming=false"
             )
+        if self.hub_config is not None and self.hub_dataset is None:
+            raise ConfigError("data.hub_config is read only with data.hub_dataset=NAME")
 
     def _check_tokenizer(self) -> None:
         """A learnt BPE takes no file; a given tokenizer takes one file, or one per side when not shared."""
@@ -273,6 +275,7 @@ class DecodeConfig:
         return replace(self, beam_size=beam, nbest=nbest, **lengths)
 
 
+SAMPLING_KEYS = ("temperature", "top_k", "top_p")  # read only when sampling; their defaults change nothing
 SCHEDULES = ("inverse_sqrt", "wsd")
 DECAY_SHAPES = ("linear", "1-sqrt")
 OPTIMIZERS = ("adamw", "muon")
@@ -309,6 +312,11 @@ class OptimConfig:
                     f"optim.{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}"
                 )
         _probability("optim.decay_share", self.decay_share)
+        if self.decay_shape != "linear" and self.schedule != "wsd":
+            raise ConfigError(
+                f"optim.decay_shape={self.decay_shape} shapes the wsd schedule's decay: "
+                f"set optim.schedule=wsd (this run has {self.schedule})"
+            )
         if self.dropout_min_epochs < 0:
             raise ConfigError(f"optim.dropout_min_epochs must be >= 0, got {self.dropout_min_epochs}")
         _probability("optim.label_smoothing", self.label_smoothing)
@@ -416,6 +424,18 @@ def validated_run(cfg: DictConfig) -> RunConfig:
         raise ConfigError(
             "decode.sampling=true would make val/bleu random; validation decodes deterministically "
             "(sample at translate time: translate.py --sample)"
+        )
+    unset = DecodeConfig()
+    ignored = [f"decode.{key}" for key in SAMPLING_KEYS if getattr(run.decode, key) != getattr(unset, key)]
+    if ignored:
+        raise ConfigError(
+            f"{', '.join(ignored)} shape sampling, which validation never does: they would be "
+            "ignored (sample at translate time: translate.py --sample)"
+        )
+    if run.model.tie_embeddings and not run.data.shared_vocab:
+        raise ConfigError(
+            "model.tie_embeddings=true shares one embedding matrix between source and target, but "
+            "data.shared_vocab=false gives each its own vocabulary: set model.tie_embeddings=false"
         )
     if run.data.max_length + 2 > run.model.max_positions:
         raise ConfigError(
