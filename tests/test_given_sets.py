@@ -12,7 +12,7 @@ from compose import tiny_run
 from tiny import CORPUS
 
 from seq2seq.config import DataConfig, DataError
-from seq2seq.data.corpus import held_out_sizes, load_splits
+from seq2seq.data.corpus import given_sets, held_out_sizes, load_splits
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.inference import cli
 from seq2seq.training.run import train
@@ -42,6 +42,19 @@ def test_given_sets_are_used_as_they_are_and_not_carved_out_of_the_corpus(tmp_pa
     assert sources(splits["valid"]) == [line.split("\t")[0] for line in LINES[:20]]
     assert sources(splits["test"]) == [line.split("\t")[0] for line in LINES[20:45]]
     assert len(splits["train"]) == len(CORPUS.read_text(encoding="utf-8").splitlines())  # every pair
+
+
+def test_a_hub_corpus_takes_local_given_sets(tmp_path: Path) -> None:
+    """Read as data.path would be, without the hub's name or config (no network needed)."""
+    valid = write(tmp_path / "dev.tsv", LINES[:5])
+    cfg = DataConfig(
+        path=None,
+        hub_dataset="opus_books",
+        hub_config="en-es",
+        valid_path=str(valid),
+        cache_dir=str(tmp_path),
+    )
+    assert sources(given_sets(cfg)["valid"]) == [line.split("\t")[0] for line in LINES[:5]]
 
 
 def test_a_set_not_given_is_carved_out_as_before(tmp_path: Path) -> None:

@@ -242,7 +242,7 @@ def given_sets(cfg: DataConfig) -> dict[str, datasets.Dataset]:
     ``data.path`` is read (format, columns, direction, malformed lines); those not given are absent."""
     paths = {"valid": cfg.valid_path, "test": cfg.test_path}
     return {
-        name: load_corpus(replace(cfg, path=path, hub_dataset=None))[0]
+        name: load_corpus(replace(cfg, path=path, hub_dataset=None, hub_config=None))[0]
         for name, path in paths.items()
         if path is not None
     }
