@@ -169,18 +169,29 @@ def _first_line(err: Exception) -> str:
     return str(err).splitlines()[0] if str(err) else type(err).__name__
 
 
-def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    """``torch.load`` of tensors and plain data only; every failure becomes :class:`CheckpointError`."""
+def read_checkpoint(
+    path: str | Path, map_location: str | torch.device = "cpu", mmap: bool = False
+) -> dict[str, Any]:
+    """``torch.load`` of tensors and plain data only; every failure becomes :class:`CheckpointError`.
+    ``mmap`` maps the tensors instead of reading them: for a caller that reads only the entry."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint not found: {path}")
     try:
-        checkpoint = torch.load(path, map_location=map_location, weights_only=True)
+        checkpoint = torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
     except Exception as err:  # truncated zip, pickle error, wrong file type: all mean "unreadable"
         raise CheckpointError(f"cannot read checkpoint {path}: {_why_unreadable(path, err)}") from err
     if not isinstance(checkpoint, dict) or KEY not in checkpoint or "state_dict" not in checkpoint:
         raise CheckpointError(f"{path} is not a seq2seq checkpoint (no model config/tokenizer inside)")
     return checkpoint
+
+
+def stored_model_config(path: str | Path) -> ModelConfig:
+    """The model config a checkpoint stores, its tensors left on disk; a bad entry is a CheckpointError."""
+    try:
+        return ModelConfig(**read_checkpoint(path, mmap=True)[KEY]["model_config"])
+    except (KeyError, TypeError, ValueError) as err:
+        raise CheckpointError(f"{path}: unusable seq2seq entry ({type(err).__name__}: {err})") from err
 
 
 def weights(checkpoint: dict[str, Any], prefix: str | None = None) -> dict[str, torch.Tensor]:

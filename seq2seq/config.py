@@ -101,8 +101,11 @@ class DataConfig:
     hub_config: str | None = None  # hub dataset config, e.g. "en-es"
     hub_split: str = "train"  # split to read of a hub dataset or of a save_to_disk DatasetDict folder
     hub_translation_field: str | None = "translation"  # field of {lang: text} where no column is a language
-    valid_size: int = 2000  # source sentences held out for validation
-    test_size: int = 2000  # source sentences held out for testing
+    valid_size: int = 2000  # source sentences held out for validation; at most a tenth of the corpus's
+    test_size: int = 2000  # source sentences held out for testing; at most a tenth of the corpus's
+    valid_path: Any = None  # your own validation set, in any format data.path takes; null: carved out of it
+    test_path: Any = None  # your own test set, in any format data.path takes; null: carved out of it
+    drop_train_overlap: bool = False  # drop training pairs whose source is in data.valid_path or test_path
     split_seed: int = 1234  # seed of the grouped train/valid/test split
     max_length: int = 64  # longest side of a pair, in tokens; longer pairs follow `too_long`
     too_long: str = "drop"  # pairs over max_length: "drop" them, or "truncate" both sides to it
@@ -136,6 +139,7 @@ class DataConfig:
         if self.path is None and self.hub_dataset is None:
             raise ConfigError("data.path or data.hub_dataset must be set")
         self._check_source()
+        self._check_given_sets()
         self._check_tokenizer()
         if self.too_long not in ("drop", "truncate"):
             raise ConfigError(f"data.too_long must be 'drop' or 'truncate', got {self.too_long!r}")
@@ -167,6 +171,27 @@ class DataConfig:
             raise ConfigError(f"data.encoding: unknown encoding {self.encoding!r}") from err
         if not 0.0 <= self.max_malformed_share <= 1.0:
             raise ConfigError(f"data.max_malformed_share must be in [0, 1], got {self.max_malformed_share}")
+
+    def _check_given_sets(self) -> None:
+        """Own dev/test sets are paths like ``path``; a key that means something only with them is refused."""
+        for name in ("valid_path", "test_path"):
+            value = getattr(self, name)
+            paths = value if isinstance(value, list | tuple) else [value]
+            if value is not None and (not paths or not all(isinstance(p, str) and p for p in paths)):
+                raise ConfigError(f"data.{name} must be a path or a list of paths, got {value!r}")
+        given = self.valid_path is not None or self.test_path is not None
+        if self.drop_train_overlap and not given:
+            raise ConfigError(
+                "data.drop_train_overlap=true needs data.valid_path or data.test_path: "
+                "sets carved out of data.path never overlap the training pairs"
+            )
+        if given and self.streaming:
+            raise ConfigError(
+                "data.streaming=true holds its valid and test sets out of data.path: "
+                "data.valid_path and data.test_path need data.streaming=false"
+            )
+        if self.hub_config is not None and self.hub_dataset is None:
+            raise ConfigError("data.hub_config is read only with data.hub_dataset=NAME")
 
     def _check_tokenizer(self) -> None:
         """A learnt BPE takes no file; a given tokenizer takes one file, or one per side when not shared."""
@@ -251,6 +276,7 @@ class DecodeConfig:
         return replace(self, beam_size=beam, nbest=nbest, **lengths)
 
 
+SAMPLING_KEYS = ("temperature", "top_k", "top_p")  # read only when sampling; their defaults change nothing
 SCHEDULES = ("inverse_sqrt", "wsd")
 DECAY_SHAPES = ("linear", "1-sqrt")
 OPTIMIZERS = ("adamw", "muon")
@@ -287,6 +313,11 @@ class OptimConfig:
                     f"optim.{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}"
                 )
         _probability("optim.decay_share", self.decay_share)
+        if self.decay_shape != "linear" and self.schedule != "wsd":
+            raise ConfigError(
+                f"optim.decay_shape={self.decay_shape} shapes the wsd schedule's decay: "
+                f"set optim.schedule=wsd (this run has {self.schedule})"
+            )
         if self.dropout_min_epochs < 0:
             raise ConfigError(f"optim.dropout_min_epochs must be >= 0, got {self.dropout_min_epochs}")
         _probability("optim.label_smoothing", self.label_smoothing)
@@ -394,6 +425,18 @@ def validated_run(cfg: DictConfig) -> RunConfig:
         raise ConfigError(
             "decode.sampling=true would make val/bleu random; validation decodes deterministically "
             "(sample at translate time: translate.py --sample)"
+        )
+    unset = DecodeConfig()
+    ignored = [f"decode.{key}" for key in SAMPLING_KEYS if getattr(run.decode, key) != getattr(unset, key)]
+    if ignored:
+        raise ConfigError(
+            f"{', '.join(ignored)} shape sampling, which validation never does: they would be "
+            "ignored (sample at translate time: translate.py --sample)"
+        )
+    if run.model.tie_embeddings and not run.data.shared_vocab:
+        raise ConfigError(
+            "model.tie_embeddings=true shares one embedding matrix between source and target, but "
+            "data.shared_vocab=false gives each its own vocabulary: set model.tie_embeddings=false"
         )
     if run.data.max_length + 2 > run.model.max_positions:
         raise ConfigError(

@@ -153,6 +153,32 @@ def test_a_bad_value_names_its_key_in_one_line(overrides: list[str], message: st
     assert "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["data.shared_vocab=false"], "model.tie_embeddings=true shares one embedding matrix"),
+        (["decode.top_k=5"], "decode.top_k shape sampling, which validation never does"),
+        (["decode.temperature=0.7", "decode.top_p=0.9"], "decode.temperature, decode.top_p shape sampling"),
+        (["optim.schedule=inverse_sqrt", "optim.decay_shape=1-sqrt"], "set optim.schedule=wsd"),
+        (["data.hub_config=en-es"], "data.hub_config is read only with data.hub_dataset=NAME"),
+        (["data.drop_train_overlap=true"], "data.drop_train_overlap=true needs data.valid_path"),
+        (["data.valid_path=dev.tsv", "data.streaming=true"], "need data.streaming=false"),
+        (["data.test_path=[]"], "data.test_path must be a path or a list of paths"),
+    ],
+)
+def test_a_key_that_would_be_ignored_is_refused_in_one_line(overrides: list[str], message: str) -> None:
+    """Two vocabularies of one size would tie silently; the other keys mean nothing given the rest."""
+    with pytest.raises(ConfigError) as err:
+        validated_run(compose_train(*overrides))
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_separate_vocabularies_train_untied() -> None:
+    run = validated_run(compose_train("data.shared_vocab=false", "model.tie_embeddings=false"))
+    assert not run.model.tie_embeddings
+
+
 def test_a_time_budget_in_lightnings_format_is_taken() -> None:
     assert validated_run(compose_train("trainer.max_time=00:01:00:00")).trainer["max_time"] == "00:01:00:00"
 

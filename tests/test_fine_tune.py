@@ -7,21 +7,27 @@ lacks. Fine-tuning on it must raise BLEU on its test split.
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
-from compose import ROOT, tiny_run
+from compose import CONFIGS, ROOT, model_config, tiny_run
+from trained import train_tiny_checkpoint
 
-from seq2seq.checkpoint import load_model, read_checkpoint
-from seq2seq.config import ConfigError
+from seq2seq.checkpoint import load_model, read_checkpoint, stored_model_config
+from seq2seq.config import ConfigError, validated_run
 from seq2seq.data import corpus
 from seq2seq.data.tokenizer import TranslationTokenizer
 from seq2seq.inference.backends import open_model
 from seq2seq.inference.evaluation import evaluate
+from seq2seq.training.init_from import open_start
+from seq2seq.training.launch import prepare_launch
 from seq2seq.training.module import EMA_PREFIX, MODEL_PREFIX
+from seq2seq.training.overrides import compose_run, hydra_args
 from seq2seq.training.run import train
 
 ORDERS = ROOT / "tests" / "fixtures" / "orders.tsv"
@@ -151,3 +157,64 @@ def test_resuming_a_fine_tuned_run_with_its_init_from_continues_it(
         read_checkpoint(run / "checkpoints" / "last.ckpt")["global_step"]
         > read_checkpoint(last)["global_step"]
     )
+
+
+GPU, CPU = "NVIDIA H100 80GB HBM3", None  # what train.py passes: the CUDA device's name, or None
+SHAPES = {  # tiny sizes, each recipe's kind of model: base's post-norm ReLU, small's pre-norm SwiGLU
+    "base": {},
+    "small": {"norm_first": True, "activation": "swiglu"},
+}
+
+
+def fine_tune_line() -> list[str]:
+    """docs/training.md's fine-tuning command, its overrides as train.py receives them."""
+    section = (ROOT / "docs" / "training.md").read_text().split("## Fine-tuning", 1)[1]
+    line = next(line for line in section.splitlines() if line.startswith("python train.py init_from="))
+    return shlex.split(line)[2:]
+
+
+def launched(ckpt: Path, gpu: str | None, *extra: str) -> list[str]:
+    """The page's command on ``ckpt`` and the orders, as train.py hands it to Hydra on that machine."""
+    argv = [
+        arg.replace("runs/<run>/checkpoints/best.ckpt", str(ckpt)).replace("my-domain.tsv", str(ORDERS))
+        for arg in fine_tune_line()
+    ]
+    launch = prepare_launch([*argv, "data.vocab_size=300", *extra], {}, gpu, CONFIGS)
+    return hydra_args(launch.argv).overrides
+
+
+@pytest.mark.parametrize(
+    ("shape", "gpu"), [("base", CPU), ("small", GPU)], ids=["gpu-run-on-cpu", "cpu-run-on-gpu"]
+)
+def test_the_pages_fine_tuning_line_takes_the_model_from_the_checkpoint(
+    tmp_path: Path, shape: str, gpu: str | None
+) -> None:
+    """A checkpoint of one recipe's kind of model, fine-tuned where the other recipe is picked."""
+    ckpt = train_tiny_checkpoint(tmp_path, steps=1, **SHAPES[shape])
+    overrides = launched(ckpt, gpu)
+    assert f"experiment=spa_en_{'gpu' if gpu else 'cpu'}" in overrides
+    run = validated_run(compose_run(CONFIGS, overrides))
+    assert run.model == stored_model_config(ckpt) != model_config("base" if gpu else "small")
+    assert open_start(run) is not None  # agrees with the checkpoint
+    dropout = validated_run(compose_run(CONFIGS, launched(ckpt, gpu, "model.dropout=0.2"))).model
+    assert dropout == replace(stored_model_config(ckpt), dropout=0.2)  # the command line wins
+
+
+@pytest.mark.parametrize("gpu", [CPU, GPU], ids=["cpu-recipe", "gpu-recipe"])
+def test_a_fine_tuning_run_trains_the_checkpoints_model_under_either_recipe(
+    tmp_path: Path, gpu: str | None
+) -> None:
+    ckpt = train_tiny_checkpoint(tmp_path, steps=1, **SHAPES["small" if gpu else "base"])
+    limits = [f"output_dir={tmp_path / 'run'}", f"data.cache_dir={tmp_path / 'cache'}", "data.num_workers=0",
+              "trainer.max_steps=2", "trainer.accelerator=cpu", "trainer.precision=32-true"]  # fmt: skip
+    train(compose_run(CONFIGS, launched(ckpt, gpu, *limits)))
+    assert load_model(tmp_path / "run" / "checkpoints" / "last.ckpt").model_config == stored_model_config(
+        ckpt
+    )
+
+
+def test_a_model_group_named_on_the_command_line_is_checked_not_replaced(base: Path) -> None:
+    overrides = hydra_args(
+        prepare_launch([f"init_from={base}", "model=small"], {}, CPU, CONFIGS).argv
+    ).overrides
+    assert not [arg for arg in overrides if arg.startswith("model.")]

@@ -194,6 +194,15 @@ def test_evaluation_of_a_streamed_run_reads_its_held_out_text_not_an_in_memory_s
     assert not list((tmp_path / "s").glob("split-*"))  # no index over every pair, as without streaming
 
 
+def test_a_corpus_too_small_for_the_sizes_asked_is_split_as_without_streaming(tmp_path: Path) -> None:
+    """The default 2,000 + 2,000 of a 252-source corpus: a tenth of its sources each, both ways."""
+    memory = DataConfig(path=str(CORPUS), cache_dir=str(tmp_path / "memory"))
+    streamed = DataConfig(path=str(CORPUS), cache_dir=str(tmp_path / "s"), streaming=True, shard_pairs=7)
+    for split in ("valid", "test"):
+        sources, _ = eval_set(split, streamed)
+        assert len(sources) == 25 and eval_set(split, streamed) == eval_set(split, memory)
+
+
 def test_a_store_of_one_shard_per_pair_builds_and_opens(tmp_path: Path) -> None:
     cfg = DataConfig(
         path=str(CORPUS), valid_size=10, test_size=10, vocab_size=300, cache_dir=str(tmp_path), shard_pairs=1

@@ -44,7 +44,7 @@ from seq2seq.data.tokenizer import TranslationTokenizer, config_key
 
 log = logging.getLogger("seq2seq.data")
 
-_STORE_VERSION = 3  # bump when the store's layout changes
+_STORE_VERSION = 4  # bump when the store's layout changes
 BLOCK_ROWS = 4096  # pairs per block: what the sampler permutes and a loader reads at once
 HELD_OUT = ("valid", "test")
 
@@ -178,6 +178,8 @@ def streamed_split(cfg: DataConfig) -> tuple[Path, dict]:
     split_dir = corpus.cache_root(cfg) / f"stream-split-{digest(split_key(cfg, cache.name))}"
     write = partial(write_split, corpus.pairs_file(cache), cfg)
     build_once(split_dir, write, "streamed split", cfg.lock_timeout_s)
+    asked = {"valid": cfg.valid_size, "test": cfg.test_size}
+    corpus.report_carved(asked, json.loads((split_dir / SPLIT_FILE).read_text())["carved"])
     return split_dir, stats
 
 

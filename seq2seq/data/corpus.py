@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from collections.abc import Iterator
+from dataclasses import replace
 from functools import partial
 from itertools import islice
 from pathlib import Path
@@ -34,7 +36,12 @@ _FEATURES = datasets.Features({"src": datasets.Value("string"), "tgt": datasets.
 _BATCH = 10_000  # rows per Arrow batch when writing the corpus or scanning a column
 _PAIRS_FILE = "pairs.arrow"
 _SPLIT_FILE = "split.npz"
+_SPLIT_FACTS = "split.json"  # the carved sizes and the given sets' overlap with training, for the log
+_SPLIT_VERSION = 2  # bump when the split's rule or its cache's files change
+HELD_OUT_PARTS = 10  # a set carved out of the corpus holds at most 1/10 of its distinct sources
 _DIGESTS_DIR = "digests"  # each corpus file's digest, kept while the file is unchanged
+
+log = logging.getLogger("seq2seq.data")
 
 
 def _cache_name(source: Source, cfg: DataConfig) -> str:
@@ -182,23 +189,23 @@ def _source_hashes(dataset: datasets.Dataset, seed: int) -> np.ndarray:
     return hashes
 
 
-def split_indices(
-    dataset: datasets.Dataset, valid_size: int, test_size: int, seed: int
-) -> dict[str, np.ndarray]:
-    """Row indices of ``train``/``valid``/``test``: ``valid_size``/``test_size`` distinct source
-    sentences held out with all their translations.
-
-    Distinct sources are ranked by a seeded hash and the lowest ranks are held out, so
-    the split is a pure function of (corpus, sizes, seed) and never puts one source
-    sentence in two splits, which would leak test references into training.
-    """
-    hashes = _source_hashes(dataset, seed)
-    distinct = np.unique(hashes)  # sorted
-    if len(distinct) <= valid_size + test_size:
+def held_out_sizes(distinct: int, valid_size: int, test_size: int) -> tuple[int, int]:
+    """How many distinct sources the valid and test sets carved out of a corpus hold: each at most
+    1/:data:`HELD_OUT_PARTS` of the corpus's ``distinct`` sources (at least 1 where asked for), so
+    a small corpus keeps most of itself for training; the bundled corpus's 2,000 each stay 2,000."""
+    cap = max(1, distinct // HELD_OUT_PARTS)
+    valid, test = min(valid_size, cap), min(test_size, cap)
+    if distinct <= valid + test:
         raise DataError(
-            f"corpus has {len(distinct)} distinct source sentences; valid_size + test_size "
-            f"({valid_size + test_size}) must leave some for training"
+            f"corpus has {distinct} distinct source sentences; holding out {valid} for validation "
+            f"and {test} for testing leaves none for training: give data.valid_path and data.test_path"
         )
+    return valid, test
+
+
+def _carve(hashes: np.ndarray, valid_size: int, test_size: int) -> dict[str, np.ndarray]:
+    distinct = np.unique(hashes)  # sorted
+    valid_size, test_size = held_out_sizes(len(distinct), valid_size, test_size)
     valid_end, test_end = distinct[valid_size], distinct[valid_size + test_size]
     masks = {
         "train": hashes >= test_end,
@@ -206,6 +213,19 @@ def split_indices(
         "test": (hashes >= valid_end) & (hashes < test_end),
     }
     return {name: np.flatnonzero(mask) for name, mask in masks.items()}
+
+
+def split_indices(
+    dataset: datasets.Dataset, valid_size: int, test_size: int, seed: int
+) -> dict[str, np.ndarray]:
+    """Row indices of ``train``/``valid``/``test``: ``valid_size``/``test_size`` distinct source
+    sentences (at most :func:`held_out_sizes`) held out with all their translations.
+
+    Distinct sources are ranked by a seeded hash and the lowest ranks are held out, so
+    the split is a pure function of (corpus, sizes, seed) and never puts one source
+    sentence in two splits, which would leak test references into training.
+    """
+    return _carve(_source_hashes(dataset, seed), valid_size, test_size)
 
 
 def _select(dataset: datasets.Dataset, indices: dict[str, np.ndarray], key: str) -> datasets.DatasetDict:
@@ -217,24 +237,91 @@ def _select(dataset: datasets.Dataset, indices: dict[str, np.ndarray], key: str)
     )
 
 
-def _save_split(dataset: datasets.Dataset, cfg: DataConfig, directory: Path) -> None:
-    indices = split_indices(dataset, cfg.valid_size, cfg.test_size, cfg.split_seed)
+def given_sets(cfg: DataConfig) -> dict[str, datasets.Dataset]:
+    """The valid and test sets that ``data.valid_path`` and ``data.test_path`` name, read as
+    ``data.path`` is read (format, columns, direction, malformed lines); those not given are absent."""
+    paths = {"valid": cfg.valid_path, "test": cfg.test_path}
+    return {
+        name: load_corpus(replace(cfg, path=path, hub_dataset=None, hub_config=None))[0]
+        for name, path in paths.items()
+        if path is not None
+    }
+
+
+def _save_split(
+    dataset: datasets.Dataset,
+    cfg: DataConfig,
+    carve: dict[str, int],
+    given: dict[str, datasets.Dataset],
+    directory: Path,
+) -> None:
+    """The index arrays of the three splits (a given set's are empty: it is not in ``dataset``), the
+    carved sizes, and how many training pairs share their source with each given set."""
+    hashes = _source_hashes(dataset, cfg.split_seed)
+    indices = _carve(hashes, carve["valid"], carve["test"])
+    train = hashes[indices["train"]]
+    overlap = {name: np.isin(train, _source_hashes(given[name], cfg.split_seed)) for name in given}
+    if cfg.drop_train_overlap and overlap:
+        indices["train"] = indices["train"][~np.logical_or.reduce(list(overlap.values()))]
+        if not len(indices["train"]):
+            raise DataError("every training pair's source is in data.valid_path or data.test_path")
+    sizes = {name: len(np.unique(hashes[indices[name]])) for name in ("valid", "test")}
+    counts = {name: int(overlap[name].sum()) if name in overlap else 0 for name in ("valid", "test")}
+    facts = {"carved": sizes, "overlap": counts, "train_before_drop": len(train)}
     np.savez(directory / _SPLIT_FILE, **indices)
+    (directory / _SPLIT_FACTS).write_text(json.dumps(facts))
+
+
+def report_carved(asked: dict[str, int], carved: dict[str, int]) -> None:
+    """One log line when a set carved out of the corpus holds fewer sources than asked (a small corpus)."""
+    if any(carved[name] < asked[name] for name in asked):
+        log.info(
+            "held out %d validation and %d test source sentences (asked %d and %d): at most 1/%d "
+            "each of the corpus's distinct sources",
+            carved["valid"], carved["test"], asked["valid"], asked["test"], HELD_OUT_PARTS,
+        )  # fmt: skip
+
+
+def _report_split(cfg: DataConfig, carve: dict[str, int], facts: dict) -> None:
+    """:func:`report_carved`, and one line on the training pairs that given sets overlap."""
+    report_carved(carve, facts["carved"])
+    overlap = facts["overlap"]
+    if cfg.valid_path is None and cfg.test_path is None:
+        return
+    action = "dropped" if cfg.drop_train_overlap else "kept (data.drop_train_overlap=true drops them)"
+    log.info(
+        "%d of %d training pairs share their source sentence with data.valid_path, %d with "
+        "data.test_path: %s",
+        overlap["valid"], facts["train_before_drop"], overlap["test"], action,
+    )  # fmt: skip
 
 
 def load_splits(cfg: DataConfig) -> tuple[datasets.DatasetDict, dict[str, int]]:
     """The corpus split into train/valid/test exactly as training sees it, plus load stats.
 
-    The split's index arrays are cached under a name derived from the corpus cache and the
-    split settings; each split's fingerprint derives from that name, so every later cache keys on it.
+    A set that ``data.valid_path`` or ``data.test_path`` gives is that file; the others are carved
+    out of the corpus. The split's index arrays are cached under a name derived from the corpus
+    cache, the given sets and the split settings. The train split's fingerprint derives from what
+    makes its rows (the given sets only when they drop rows), so a changed dev file leaves the
+    tokenizer as it is; every later cache keys on the fingerprints of all three.
     """
     pairs, stats = load_corpus(cfg)
-    key = digest(f"{pairs._fingerprint}|{cfg.valid_size}|{cfg.test_size}|{cfg.split_seed}")
+    given = given_sets(cfg)
+    carve = {
+        "valid": 0 if "valid" in given else cfg.valid_size,
+        "test": 0 if "test" in given else cfg.test_size,
+    }
+    dropped = {name: given[name]._fingerprint for name in given} if cfg.drop_train_overlap else {}
+    train_key = json.dumps([_SPLIT_VERSION, pairs._fingerprint, carve, cfg.split_seed, dropped])
+    key = digest(json.dumps([train_key, {name: given[name]._fingerprint for name in given}]))
     target = cache_root(cfg) / f"split-{key}"
-    build_once(target, partial(_save_split, pairs, cfg), "train/valid/test split", cfg.lock_timeout_s)
+    save = partial(_save_split, pairs, cfg, carve, given)
+    build_once(target, save, "train/valid/test split", cfg.lock_timeout_s)
     with np.load(target / _SPLIT_FILE) as saved:
         indices = {name: saved[name] for name in ("train", "valid", "test")}
-    return _select(pairs, indices, target.name), stats
+    _report_split(cfg, carve, json.loads((target / _SPLIT_FACTS).read_text()))
+    splits = _select(pairs, indices, digest(train_key))
+    return datasets.DatasetDict({**splits, **given}), stats
 
 
 def references(dataset: datasets.Dataset) -> tuple[list[str], list[list[str]]]:

@@ -120,13 +120,13 @@ class TranslationDataModule(pl.LightningDataModule):
                 "tokenizer",
             )
             self.tokenizer = TranslationTokenizer.load(tokenizer_dir)
-            tokenizer_key = tokenizer_dir.name  # covers the split's fingerprint
+            tokenizer_key = tokenizer_dir.name
         else:
-            content = json.dumps(self.tokenizer.to_dict(), sort_keys=True)
-            tokenizer_key = f"given-{digest(content)}|{train._fingerprint}"
+            tokenizer_key = f"given-{digest(json.dumps(self.tokenizer.to_dict(), sort_keys=True))}"
+        texts = "|".join(split._fingerprint for split in raw.values())  # a given dev file's among them
         encoded_dir = self._cache(
             "encoded",
-            f"{_ENCODING_VERSION}|{tokenizer_key}",
+            f"{_ENCODING_VERSION}|{tokenizer_key}|{texts}",
             partial(encoded.encode_splits, raw, self.tokenizer),
             "token ids of every split",
         )

@@ -20,6 +20,7 @@ from omegaconf.errors import OmegaConfBaseException
 from seq2seq.command_line import help_asked
 from seq2seq.config import RUN_SCHEMA, ConfigError, DataConfig, DataError, validated
 from seq2seq.data import malformed, vocab_size
+from seq2seq.data.corpus import HELD_OUT_PARTS, held_out_sizes
 from seq2seq.data.describe import PERCENTILES, Report, describe_corpus
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"  # a checkout's; an installed package has none
@@ -88,10 +89,17 @@ def _vocabulary_lines(report: Report, cfg: DataConfig) -> list[str]:
 
 
 def _held_out_line(report: Report, cfg: DataConfig) -> str:
-    held_out = cfg.valid_size + cfg.test_size
-    line = f"distinct sources: {report.distinct_sources:,}; data.valid_size + data.test_size = {held_out:,}"
-    if report.distinct_sources <= held_out:
-        return f"{line}: too many to hold out, lower them"
+    asked = (
+        0 if cfg.valid_path is not None else cfg.valid_size,
+        0 if cfg.test_path is not None else cfg.test_size,
+    )  # a given set is not carved out of the corpus
+    line = f"distinct sources: {report.distinct_sources:,}; data.valid_size + data.test_size = {sum(asked):,}"
+    try:
+        held = held_out_sizes(report.distinct_sources, *asked)
+    except DataError:
+        return f"{line}: too many to hold out; give data.valid_path and data.test_path"
+    if held != asked:
+        return f"{line}, of which {held[0]:,} + {held[1]:,} are held out (at most 1/{HELD_OUT_PARTS} each)"
     return f"{line} of them are held out"
 
 

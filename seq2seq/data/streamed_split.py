@@ -1,10 +1,11 @@
 """The train/valid/test split of :func:`seq2seq.data.corpus.split_indices`, made in two passes over
 the corpus file in memory that does not grow with it: the same rows in every split, in corpus order.
 
-The first pass keeps only the ``valid_size + test_size + 1`` lowest distinct source hashes (with how
-many rows carry each), which fix both thresholds and the size of the train split; the second writes
-each split's text: the train rows as text shards of ``shard_pairs`` rows, the held-out rows whole,
-and the tokenizer's sample (the rows :func:`seq2seq.data.corpus.evenly_spread` would pick).
+The first pass keeps only the lowest distinct source hashes (with how many rows carry each) that
+:func:`seq2seq.data.corpus.held_out_sizes` needs, which fix both thresholds and the size of the
+train split; the second writes each split's text: the train rows as text shards of
+``shard_pairs`` rows, the held-out rows whole, and the tokenizer's sample (the rows
+:func:`seq2seq.data.corpus.evenly_spread` would pick).
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from seq2seq.config import DataConfig, DataError
-from seq2seq.data.corpus import source_hashes
+from seq2seq.config import DataConfig
+from seq2seq.data.corpus import HELD_OUT_PARTS, held_out_sizes, source_hashes
 
 log = logging.getLogger("seq2seq.data")
 
@@ -97,14 +98,13 @@ class _ShardWriter:
 
 def write_split(pairs: Path, cfg: DataConfig, directory: Path) -> None:
     """Write the split of the corpus stream ``pairs`` into ``directory`` (see the module's docstring)."""
-    held = cfg.valid_size + cfg.test_size
-    lowest, counts, rows = _lowest_distinct(pairs, held + 1, cfg.split_seed)
-    if len(lowest) <= held:
-        raise DataError(
-            f"corpus has {len(lowest)} distinct source sentences; valid_size + test_size "
-            f"({held}) must leave some for training"
-        )
-    valid_end, test_end = lowest[cfg.valid_size], lowest[held]
+    # Enough of the lowest hashes to size the held-out sets as held_out_sizes does: fewer distinct
+    # sources than this are all kept and counted; more leave both sizes as asked.
+    keep = HELD_OUT_PARTS * (max(cfg.valid_size, cfg.test_size) + 1)
+    lowest, counts, rows = _lowest_distinct(pairs, keep, cfg.split_seed)
+    valid_size, test_size = held_out_sizes(len(lowest), cfg.valid_size, cfg.test_size)
+    held = valid_size + test_size
+    valid_end, test_end = lowest[valid_size], lowest[held]
     train_rows = rows - int(counts[:held].sum())
     sample = _sample_rows(train_rows, cfg.tokenizer_max_pairs)
     schema = next(read_batches(pairs)).schema
@@ -127,4 +127,5 @@ def write_split(pairs: Path, cfg: DataConfig, directory: Path) -> None:
     for name, writer in writers.items():
         writer.close()
         sinks[name].close()
-    (directory / SPLIT_FILE).write_text(json.dumps({"train": train_rows, "shards": shards.rows}))
+    facts = {"train": train_rows, "shards": shards.rows, "carved": {"valid": valid_size, "test": test_size}}
+    (directory / SPLIT_FILE).write_text(json.dumps(facts))

@@ -90,6 +90,13 @@ def _loading(choice: Choice) -> list[str]:
     ]
 
 
+def _held_out(path: object, size: int) -> str:
+    """A held-out set as the card names it: the file given, or what was carved out of the corpus."""
+    if path is not None:
+        return f"`{path}` was given"
+    return f"{size} distinct source sentences (at most a tenth of the corpus's) were held out"
+
+
 def model_card(loaded: LoadedModel, checkpoint: Path, choice: Choice) -> str:
     """The card's Markdown text, for a folder with ``choice``'s class."""
     data, cfg = loaded.data_config, loaded.model.cfg
@@ -119,8 +126,8 @@ def model_card(loaded: LoadedModel, checkpoint: Path, choice: Choice) -> str:
             "## Data",
             "",
             f"{data_line}. Pairs longer than {data.max_length} tokens were left out; "
-            f"{data.valid_size} distinct source sentences were held out for validation and "
-            f"{data.test_size} for test.",
+            f"{_held_out(data.valid_path, data.valid_size)} for validation and "
+            f"{_held_out(data.test_path, data.test_size)} for test.",
             "",
             "## Model",
             "",

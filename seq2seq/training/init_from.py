@@ -6,9 +6,10 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
-from seq2seq.checkpoint import CheckpointError, LoadedModel, load_model
+from seq2seq.checkpoint import CheckpointError, LoadedModel, load_model, stored_model_config
 from seq2seq.config import ConfigError, RunConfig
 from seq2seq.training.module import TranslationModule
 
@@ -28,6 +29,22 @@ def open_start(run: RunConfig) -> LoadedModel | None:
         raise ConfigError(f"init_from: {err}") from err
     check_agrees(start, run)
     return start
+
+
+def model_overrides(overrides: list[str]) -> tuple[list[str], str | None]:
+    """The ``model.*`` overrides that give a run started ``init_from=CKPT`` its checkpoint's model,
+    whatever model group the recipe picks, and the checkpoint's path; none where the command line
+    picks the model group itself or names no readable checkpoint (:func:`open_start` then says why).
+    Placed before the command line's own overrides, which win: ``model.dropout=0.2`` still applies."""
+    given = {arg.lstrip("+").split("=", 1)[0]: arg.split("=", 1)[1] for arg in overrides if "=" in arg}
+    path = given.get("init_from")
+    if path is None or "model" in given or not Path(path).is_file():
+        return [], None
+    try:
+        stored = stored_model_config(path)
+    except (CheckpointError, ConfigError):
+        return [], None
+    return [f"model.{key}={_value(value)}" for key, value in asdict(stored).items()], path
 
 
 def _value(value: Any) -> str:

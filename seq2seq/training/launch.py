@@ -18,7 +18,8 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, read_write
 
 from seq2seq.config import ConfigError, validated_run
-from seq2seq.training.overrides import check_overrides, insert_overrides, job_overrides
+from seq2seq.training.init_from import model_overrides
+from seq2seq.training.overrides import check_overrides, hydra_args, insert_overrides, job_overrides
 from seq2seq.training.ownership import RunLock, claim, discard_unstarted_run, fresh_directory, resumes
 from seq2seq.training.recipe import choose_recipe
 
@@ -99,8 +100,13 @@ class Launch(NamedTuple):
 def prepare_launch(argv: list[str], env: Mapping[str, str], gpu: str | None, config_dir: Path) -> Launch:
     """``train.py``'s command line made ready for Hydra, or a one-line :class:`ConfigError`: the
     hardware's experiment added where none is named (``gpu``: the CUDA device's name, or None),
-    the overrides composed once to find a bad key or option, and this process's rank overrides."""
+    with ``init_from`` the checkpoint's model keys, the overrides composed once to find a bad key or
+    option, and this process's rank overrides."""
     with_recipe, recipe = choose_recipe(argv, gpu, config_dir)
+    model, start = model_overrides(hydra_args(argv).overrides)
+    if model:
+        with_recipe = insert_overrides(with_recipe, model)
+        recipe += f"; the model keys from init_from={start}, where the command line sets none"
     check_overrides(with_recipe, config_dir)
     return Launch(with_rank_overrides(with_recipe, env), recipe)
 
