@@ -13,6 +13,7 @@ no dataclass: its keys are ``pytorch_lightning.Trainer`` arguments, with the pro
 from __future__ import annotations
 
 import codecs
+import math
 import re
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import Any, get_type_hints
@@ -27,6 +28,15 @@ class ConfigError(ValueError):
 
 class DataError(ValueError):
     """The corpus or an evaluation set cannot be used; the message says which file and why."""
+
+
+def _finite(group: str, schema: Any) -> None:
+    """NaN passes every range check written with < and >, and inf most: each group refuses both first."""
+    for spec in fields(schema):
+        value = getattr(schema, spec.name)
+        numbers = value if isinstance(value, list | tuple) else [value]
+        if any(isinstance(number, float) and not math.isfinite(number) for number in numbers):
+            raise ConfigError(f"{group}.{spec.name} must be a finite number, got {value}")
 
 
 def _positive(name: str, value: int | float) -> None:
@@ -76,6 +86,7 @@ class ModelConfig:
     tie_embeddings: bool = True  # share src/tgt embeddings and the output projection
 
     def __post_init__(self) -> None:
+        _finite("model", self)
         for name in ("d_model", "n_heads", "n_encoder_layers", "n_decoder_layers", "d_ff", "max_positions"):
             _positive(f"model.{name}", getattr(self, name))
         if self.d_model % self.n_heads:
@@ -131,6 +142,7 @@ class DataConfig:
     attribution: str | None = None  # where the corpus comes from and whom to credit; the model card quotes it
 
     def __post_init__(self) -> None:
+        _finite("data", self)
         for name in ("vocab_size", "max_length", "max_tokens", "eval_max_tokens", "tokenizer_max_pairs"):
             _positive(f"data.{name}", getattr(self, name))
         for name in ("valid_size", "test_size", "num_workers"):
@@ -246,6 +258,7 @@ class DecodeConfig:
     top_p: float = 1.0  # sampling: draw from the likeliest tokens holding this much probability; 1 = all
 
     def __post_init__(self) -> None:
+        _finite("decode", self)
         _positive("decode.beam_size", self.beam_size)
         _positive("decode.nbest", self.nbest)
         _positive("decode.temperature", self.temperature)
@@ -301,6 +314,7 @@ class OptimConfig:
     ema_decay: float = 0.0  # evaluate and ship an exponential moving average of the weights; 0 = off
 
     def __post_init__(self) -> None:
+        _finite("optim", self)
         _positive("optim.lr", self.lr)
         _positive("optim.warmup_steps", self.warmup_steps)
         for name, choices in (
@@ -336,6 +350,7 @@ class CallbacksConfig:
     progress_every_s: float = 60.0  # ...or after this many seconds, whichever comes first; 0 = off
 
     def __post_init__(self) -> None:
+        _finite("callbacks", self)
         for name in (
             "checkpoint_every_n_steps",
             "early_stopping_patience",
@@ -445,8 +460,8 @@ def validated_run(cfg: DictConfig) -> RunConfig:
         )
     for limit in ("max_epochs", "max_steps"):  # Lightning's own check comes only once a run directory exists
         value = run.trainer.get(limit)
-        if isinstance(value, int) and value < -1:
-            raise ConfigError(f"trainer.{limit} must be >= 0, or -1 for no limit, got {value}")
+        if isinstance(value, int) and value < 1 and value != -1:  # 0 would end with no checkpoint
+            raise ConfigError(f"trainer.{limit} must be >= 1, or -1 for no limit, got {value}")
     max_time = run.trainer.get("max_time")
     if isinstance(max_time, str) and not DURATION.fullmatch(max_time.strip()):
         raise ConfigError(f"trainer.max_time must be DD:HH:MM:SS (00:01:00:00 is an hour), got {max_time!r}")

@@ -2,6 +2,7 @@
 says, every schema key overridable without ``+``, and bad values named by their key."""
 
 from dataclasses import asdict, fields, is_dataclass, replace
+from typing import get_type_hints
 
 import pytest
 from compose import CONFIGS, ROOT, compose_train
@@ -177,6 +178,29 @@ def test_a_key_that_would_be_ignored_is_refused_in_one_line(overrides: list[str]
 def test_separate_vocabularies_train_untied() -> None:
     run = validated_run(compose_train("data.shared_vocab=false", "model.tie_embeddings=false"))
     assert not run.model.tie_embeddings
+
+
+FLOAT_KEYS = [
+    f"{group}.{name}"
+    for group, schema in SCHEMAS.items()
+    for name, hint in get_type_hints(schema).items()
+    if hint in (float, list[float])
+]
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+@pytest.mark.parametrize("key", FLOAT_KEYS)
+def test_every_float_key_refuses_a_value_that_is_not_finite(key: str, value: str) -> None:
+    group, name = key.split(".")
+    given = f"[0.9,{value}]" if isinstance(getattr(SCHEMAS[group](), name), list) else value
+    with pytest.raises(ConfigError) as err:
+        validated(get_type_hints(RunConfig)[group], OmegaConf.from_dotlist([f"{name}={given}"]), group)
+    assert str(err.value).startswith(f"{key} must be a finite number, got ")
+
+
+def test_a_nan_learning_rate_is_one_line_at_compose_time() -> None:
+    with pytest.raises(ConfigError, match=r"^optim\.lr must be a finite number, got nan$"):
+        validated_run(compose_train("experiment=tiny", "optim.lr=nan"))
 
 
 def test_a_time_budget_in_lightnings_format_is_taken() -> None:

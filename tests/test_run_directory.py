@@ -214,18 +214,27 @@ def test_a_default_name_that_is_taken_gets_a_suffix_and_a_chosen_one_does_not(tm
 
 
 @pytest.mark.parametrize("limit", ["max_epochs", "max_steps"])
-def test_negative_trainer_limits_are_refused_and_minus_one_means_none(limit) -> None:
-    with pytest.raises(ConfigError, match=rf"^trainer\.{limit} must be >= 0, or -1 for no limit, got -5$"):
-        validated_run(compose_run(CONFIGS, ["experiment=tiny", f"trainer.{limit}=-5"]))
+@pytest.mark.parametrize("value", [-5, 0])
+def test_trainer_limits_below_one_are_refused_and_minus_one_means_none(limit, value) -> None:
+    """0 would train nothing and leave no checkpoint, which every completed run leaves."""
+    message = rf"^trainer\.{limit} must be >= 1, or -1 for no limit, got {value}$"
+    with pytest.raises(ConfigError, match=message):
+        validated_run(compose_run(CONFIGS, ["experiment=tiny", f"trainer.{limit}={value}"]))
     validated_run(compose_run(CONFIGS, ["experiment=tiny", f"trainer.{limit}=-1"]))
 
 
-def test_a_bad_limit_is_one_line_before_any_run_directory(tmp_path) -> None:
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("trainer.max_epochs=-5", "trainer.max_epochs must be >= 1, or -1 for no limit, got -5"),
+        ("trainer.max_steps=0", "trainer.max_steps must be >= 1, or -1 for no limit, got 0"),
+        ("optim.lr=nan", "optim.lr must be a finite number, got nan"),
+    ],
+)
+def test_a_bad_value_is_one_line_before_any_run_directory(tmp_path, override, message) -> None:
     result = subprocess.run(
-        train_py(tmp_path, "trainer.max_epochs=-5"), cwd=tmp_path, capture_output=True, text=True, timeout=120
+        train_py(tmp_path, override), cwd=tmp_path, capture_output=True, text=True, timeout=120
     )
     assert result.returncode == 1
-    assert result.stderr.strip().splitlines() == [
-        "error: trainer.max_epochs must be >= 0, or -1 for no limit, got -5"
-    ]
+    assert result.stderr.strip().splitlines() == [f"error: {message}"]
     assert not (tmp_path / "runs").exists()
