@@ -17,14 +17,17 @@ from pathlib import Path
 
 import pytest
 import torch
-from compose import ROOT
+from compose import ROOT, tiny_run
 from tiny import CORPUS
 
+from seq2seq.config import ConfigError
 from seq2seq.data import inspect
 from seq2seq.export.__main__ import main as export_main
 from seq2seq.inference import cli
 from seq2seq.inference.cli import main as translate_main
 from seq2seq.serving.cli import main as serve_main
+from seq2seq.training.ownership import claim
+from seq2seq.training.run import train
 
 
 def _command(*argv: str, **options) -> subprocess.CompletedProcess:
@@ -276,3 +279,41 @@ def test_a_binary_corpus_is_not_called_utf_16(tmp_path: Path, capsys) -> None:
     assert line.endswith(
         "first undecodable at line 1: NUL bytes, and not UTF-16 text either: is it a text file?"
     )
+
+
+RESUME_KINDS = (*KINDS, "other model")
+
+
+@pytest.mark.parametrize("kind", RESUME_KINDS)
+def test_a_bad_resume_checkpoint_is_one_line_before_the_run_writes(
+    checkpoint: Path, tmp_path: Path, kind: str
+) -> None:
+    if kind == "other model":  # the fixture's model is configs/model/tiny.yaml's, 32 wide
+        path, overrides = checkpoint, ["model.d_model=64"]
+        reason = (
+            f"{path} has model.d_model=32, this run model.d_model=64: set them as the checkpoint has them"
+        )
+    else:
+        path, reason = _bad_checkpoint(kind, checkpoint, tmp_path)
+        overrides, reason = [], f"cannot read checkpoint {path}: {reason}"
+    run_dir = tmp_path / "run"
+    with pytest.raises(ConfigError) as failure:
+        train(tiny_run(run_dir, tmp_path / "cache", f"ckpt_path={path}", *overrides))
+    assert str(failure.value) == f"ckpt_path: {reason}"
+    assert not run_dir.exists() and not (tmp_path / "cache").exists()
+
+
+def test_train_py_refuses_a_bad_resume_checkpoint_and_leaves_its_directory_free(
+    checkpoint: Path, tmp_path: Path
+) -> None:
+    """The corrected command must not meet the failed one's run as 'an earlier run' to resume."""
+    path, reason = _bad_checkpoint("truncated", checkpoint, tmp_path)
+    run_dir = tmp_path / "run"
+    result = _command(
+        str(ROOT / "train.py"), "experiment=tiny", f"hydra.run.dir={run_dir}", f"ckpt_path={path}",
+        f"data.cache_dir={tmp_path / 'cache'}",
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert _one_line(result.stderr) == f"error: ckpt_path: cannot read checkpoint {path}: {reason}"
+    assert not run_dir.exists()
+    claim(run_dir, resumes=False, overwrite=False).release()  # what the corrected command does first

@@ -27,7 +27,7 @@ def open_start(run: RunConfig) -> LoadedModel | None:
         start = load_model(run.init_from)
     except CheckpointError as err:
         raise ConfigError(f"init_from: {err}") from err
-    check_agrees(start, run)
+    check_agrees(start, run, f"init_from: {run.init_from}")
     return start
 
 
@@ -52,9 +52,10 @@ def _value(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
 
 
-def check_agrees(start: LoadedModel, run: RunConfig) -> None:
+def check_agrees(start: LoadedModel, run: RunConfig, named: str) -> None:
     """The run's model and tokenizer keys must be the checkpoint's, so the weights fit and mean the
-    same tokens, and so does its direction; one line names every key that differs."""
+    same tokens, and so does its direction; one line, headed ``named`` (the key and the path), names
+    every key that differs."""
     theirs = {f"model.{key}": value for key, value in asdict(start.model_config).items()}
     ours = {f"model.{key}": value for key, value in asdict(run.model).items()}
     for key in (*TOKENIZER_KEYS, "direction"):
@@ -65,9 +66,7 @@ def check_agrees(start: LoadedModel, run: RunConfig) -> None:
         has, run_has = (
             " ".join(f"{key}={_value(values[key])}" for key in differ) for values in (theirs, ours)
         )
-        raise ConfigError(
-            f"init_from: {run.init_from} has {has}, this run {run_has}: set them as the checkpoint has them"
-        )
+        raise ConfigError(f"{named} has {has}, this run {run_has}: set them as the checkpoint has them")
 
 
 def load_weights(module: TranslationModule, start: LoadedModel) -> None:

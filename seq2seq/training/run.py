@@ -36,6 +36,7 @@ from seq2seq.training.module import TranslationModule
 from seq2seq.training.monitoring import TensorBoardPanels
 from seq2seq.training.ownership import not_writable, owned, resumes
 from seq2seq.training.progress_log import ProgressLog
+from seq2seq.training.resume_from import check_resumable
 from seq2seq.training.time_shares import TimeShares
 
 log = logging.getLogger(__name__)
@@ -161,8 +162,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     run = validated_run(cfg)
     run_dir = run_directory(run)
     run = replace(run, output_dir=str(run_dir))  # config.yaml says where the run went
-    if run.ckpt_path is not None and not Path(run.ckpt_path).is_file():
-        raise ConfigError(f"ckpt_path: no checkpoint at {run.ckpt_path}")
+    check_resumable(run)
     start = open_start(run)
     claim = owned(run_dir, resumes(run.ckpt_path, run_dir), run.overwrite_output_dir)
     with claim if rank_zero_only.rank == 0 else nullcontext():  # the other ranks write where rank 0 holds
