@@ -26,7 +26,7 @@ from seq2seq.export.__main__ import main as export_main
 from seq2seq.inference import cli
 from seq2seq.inference.cli import main as translate_main
 from seq2seq.serving.cli import main as serve_main
-from seq2seq.training.ownership import claim
+from seq2seq.training.ownership import claim, discard_unstarted_run
 from seq2seq.training.run import train
 
 
@@ -317,3 +317,32 @@ def test_train_py_refuses_a_bad_resume_checkpoint_and_leaves_its_directory_free(
     assert _one_line(result.stderr) == f"error: ckpt_path: cannot read checkpoint {path}: {reason}"
     assert not run_dir.exists()
     claim(run_dir, resumes=False, overwrite=False).release()  # what the corrected command does first
+
+
+def test_a_config_error_keeps_the_directory_the_user_made_and_their_files(tmp_path: Path) -> None:
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "tokenizer.json").write_text('{"mine": true}', encoding="utf-8")  # a name the run writes too
+    result = _command(
+        str(ROOT / "train.py"), "experiment=tiny", f"hydra.run.dir={mine}", "optim.lr=-1",
+        f"data.cache_dir={tmp_path / 'cache'}",
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert _one_line(result.stderr) == "error: optim.lr must be > 0, got -1.0"
+    assert [path.name for path in mine.iterdir()] == ["tokenizer.json"]
+    assert (mine / "tokenizer.json").read_text(encoding="utf-8") == '{"mine": true}'
+
+
+def test_a_failed_start_removes_only_what_it_added(tmp_path: Path) -> None:
+    """As train.py fails before training: claimed, Hydra's files written, then discarded."""
+    made, existing = tmp_path / "runs" / "new", tmp_path / "existing"
+    existing.mkdir()
+    (existing / "config.yaml").write_text("mine\n", encoding="utf-8")
+    for run_dir in (made, existing):
+        claim(run_dir, resumes=False, overwrite=False).release()
+        (run_dir / ".hydra").mkdir(exist_ok=True)
+        (run_dir / "train.log").write_text("started\n", encoding="utf-8")
+        discard_unstarted_run(run_dir)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["existing"]  # runs/ was made for the run
+    assert [path.name for path in existing.iterdir()] == ["config.yaml"]
+    assert (existing / "config.yaml").read_text(encoding="utf-8") == "mine\n"

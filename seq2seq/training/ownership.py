@@ -23,7 +23,8 @@ STARTUP_LOGS = "train*.log"  # Hydra's log: train.log, train_rank<k>.log, train_
 MAX_SUFFIX = 100  # runs/<time>-1 ... -99: more runs than this started in one second is a runaway script
 
 _claimed: dict[Path, RunLock] = {}  # the run directories this process holds, by resolved path
-_made: set[Path] = set()  # the folders above a fresh run directory that naming it created (runs/), resolved
+_made: set[Path] = set()  # the folders this process made for its run directory (runs/, runs/<time>), resolved
+_found: dict[Path, set[str]] = {}  # a run directory that existed when claimed: the names it held then
 
 
 class RunDirectoryTaken(ConfigError):
@@ -88,6 +89,18 @@ class RunLock:
         self._file.close()  # closing drops the flock
 
 
+def _note_what_exists(run_dir: Path) -> None:
+    """Remember what of ``run_dir`` is there before this run writes, so that a failed start removes
+    only what it added: a directory the user made, and their files in it, stay."""
+    key = run_dir.resolve()
+    if key in _made or not _made.isdisjoint(key.parents):  # inside a folder this process made: all ours
+        _made.add(key)
+    elif run_dir.is_dir():
+        _found[key] = {path.name for path in run_dir.iterdir()}
+    else:
+        _made.update(folder for folder in (key, *key.parents) if not folder.exists())
+
+
 def _in_use(run_dir: Path, who: str) -> RunDirectoryTaken:
     return RunDirectoryTaken(
         f"{run_dir} is in use by another run ({who}); wait for it to end or choose another directory"
@@ -116,6 +129,7 @@ def claim(run_dir: Path, resumes: bool, overwrite: bool) -> RunLock:
     if (who := holder(run_dir)) is not None:
         raise _in_use(run_dir, who)
     check_unused(run_dir, resumes, overwrite)
+    _note_what_exists(run_dir)
     lock = RunLock(run_dir)
     try:
         check_unused(run_dir, resumes, overwrite)
@@ -152,6 +166,7 @@ def fresh_directory(path: Path) -> Path:
             continue
         except OSError as err:
             raise not_writable(candidate, err) from err
+        _made.add(candidate.resolve())
         return candidate
     raise ConfigError(f"{path} and {path}-1 ... -{MAX_SUFFIX - 1} all exist: name the run with hydra.run.dir")
 
@@ -162,15 +177,20 @@ def resumes(ckpt_path: str | None, run_dir: Path) -> bool:
 
 
 def discard_unstarted_run(run_dir: Path) -> None:
-    """Delete a run directory that holds only start-up files, and the folders above it that naming
-    it created, once empty: a run that fails before training (a bad value, a missing corpus) leaves
-    nothing behind. Anything else in it is kept."""
-    if run_dir.is_dir() and all(
-        path.name in STARTUP_FILES or path.match(STARTUP_LOGS) for path in run_dir.iterdir()
-    ):
-        shutil.rmtree(run_dir, ignore_errors=True)
-    for parent in run_dir.resolve().parents:
-        if parent not in _made:
+    """Delete what a run that failed before training (a bad value, a missing corpus) created: its
+    start-up files, then the run directory and the folders above it if it created them and they
+    are empty. What was there before the run started, or what a run that trained wrote, is kept."""
+    key = run_dir.resolve()
+    if run_dir.is_dir() and (key in _made or key in _found):
+        added = [path for path in run_dir.iterdir() if path.name not in _found.get(key, set())]
+        if all(path.name in STARTUP_FILES or path.match(STARTUP_LOGS) for path in added):
+            for path in added:
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    path.unlink(missing_ok=True)
+    for folder in (key, *key.parents):
+        if folder not in _made:
             break
-        with contextlib.suppress(OSError):  # not empty: another run's directory is there
-            parent.rmdir()
+        with contextlib.suppress(OSError):  # not empty: another run's directory, or what is kept
+            folder.rmdir()
