@@ -22,6 +22,7 @@ from tiny import CORPUS
 
 from seq2seq.config import ConfigError
 from seq2seq.data import inspect
+from seq2seq.data.build import main as build_main
 from seq2seq.export.__main__ import main as export_main
 from seq2seq.inference import cli
 from seq2seq.inference.cli import main as translate_main
@@ -346,3 +347,31 @@ def test_a_failed_start_removes_only_what_it_added(tmp_path: Path) -> None:
     assert sorted(path.name for path in tmp_path.iterdir()) == ["existing"]  # runs/ was made for the run
     assert [path.name for path in existing.iterdir()] == ["config.yaml"]
     assert (existing / "config.yaml").read_text(encoding="utf-8") == "mine\n"
+
+
+def _unwritable_cache(tmp_path: Path) -> tuple[Path, str]:
+    """A data.cache_dir no one can create (a file stands where its parent should be: as root,
+    permissions would not stop the write) and the line that says so."""
+    (tmp_path / "file").write_text("not a folder\n", encoding="utf-8")
+    cache = tmp_path / "file" / "cache"
+    return cache, (
+        f"error: cannot write the data cache at {cache / 'digests'}: Not a directory; "
+        "set data.cache_dir to a directory you can write"
+    )
+
+
+def test_an_unwritable_cache_is_one_line_from_the_data_build(tmp_path: Path, capsys) -> None:
+    cache, line = _unwritable_cache(tmp_path)
+    assert build_main(["data=tiny", f"data.cache_dir={cache}"]) == 1
+    assert _one_line(capsys.readouterr().err) == line
+
+
+def test_an_unwritable_cache_is_one_line_from_train_py(tmp_path: Path) -> None:
+    cache, line = _unwritable_cache(tmp_path)
+    run_dir = tmp_path / "run"
+    result = _command(
+        str(ROOT / "train.py"), "experiment=tiny", f"hydra.run.dir={run_dir}", f"data.cache_dir={cache}"
+    )
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == line  # after Lightning's "Seed set to 42"
+    assert not run_dir.exists()

@@ -19,7 +19,8 @@ import logging
 import os
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from seq2seq.config import DataError
@@ -34,6 +35,19 @@ _POLL_SECONDS = 0.2
 def digest(text: str) -> str:
     """16 hex characters of BLAKE2b: a cache name or fingerprint that changes whenever ``text`` does."""
     return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+
+
+@contextmanager
+def _writing(directory: Path) -> Iterator[None]:
+    """An OSError making or writing a folder of the cache (no permission, a read-only disk, a file
+    where a folder should be) is one line that names the folder and the key that moves the cache."""
+    try:
+        yield
+    except OSError as err:
+        raise DataError(
+            f"cannot write the data cache at {directory}: {err.strerror or err}; "
+            "set data.cache_dir to a directory you can write"
+        ) from err
 
 
 def file_digest(path: Path, memo: Path | None = None) -> str:
@@ -55,10 +69,11 @@ def file_digest(path: Path, memo: Path | None = None) -> str:
         while chunk := handle.read(_CHUNK):
             hasher.update(chunk)
     if kept is not None:
-        memo.mkdir(parents=True, exist_ok=True)
-        partial_file = kept.with_suffix(f".{os.getpid()}")
-        partial_file.write_text(hasher.hexdigest())
-        partial_file.replace(kept)  # atomic: a reader sees no memo or a whole one
+        with _writing(memo):
+            memo.mkdir(parents=True, exist_ok=True)
+            partial_file = kept.with_suffix(f".{os.getpid()}")
+            partial_file.write_text(hasher.hexdigest())
+            partial_file.replace(kept)  # atomic: a reader sees no memo or a whole one
     return hasher.hexdigest()
 
 
@@ -129,9 +144,11 @@ def build_once(target: Path, build: Callable[[Path], None], what: str, timeout: 
     """
     if target.is_dir():
         return False
-    target.parent.mkdir(parents=True, exist_ok=True)
     lock_path = _lock_path(target)
-    with lock_path.open("a+b") as handle:
+    with _writing(target.parent):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        handle = lock_path.open("a+b")
+    with handle:
         _take_lock(handle, lock_path, timeout, what)
         if target.is_dir():  # built by the process this one waited for
             return False
