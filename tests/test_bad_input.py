@@ -12,6 +12,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -375,3 +376,54 @@ def test_an_unwritable_cache_is_one_line_from_train_py(tmp_path: Path) -> None:
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1] == line  # after Lightning's "Seed set to 42"
     assert not run_dir.exists()
+
+
+def test_output_refuses_a_read_only_file_even_as_root(checkpoint: Path, tmp_path: Path, run_cli) -> None:
+    kept = tmp_path / "kept.txt"
+    kept.write_text("do not touch\n", encoding="utf-8")
+    kept.chmod(0o444)
+    code, lines, err = run_cli("--ckpt", str(checkpoint), "--device", "cpu", "-o", str(kept), "Hi.")
+    assert (code, lines) == (1, [])
+    assert (
+        _one_line(err)
+        == f"translate.py: error: cannot write --output {kept}: the file is read-only (mode 444)"
+    )
+    assert kept.read_text(encoding="utf-8") == "do not touch\n" and stat.S_IMODE(kept.stat().st_mode) == 0o444
+
+
+def test_output_writes_into_a_fifo_instead_of_replacing_it(checkpoint: Path, tmp_path: Path, run_cli) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    read: list[str] = []
+    reader = threading.Thread(target=lambda: read.append(fifo.read_text(encoding="utf-8")), daemon=True)
+    reader.start()
+    code, _, err = run_cli(
+        "--ckpt", str(checkpoint), "--device", "cpu", "-o", str(fifo), "Hi.", "Good morning."
+    )
+    reader.join(timeout=60)
+    assert code == 0, err
+    assert stat.S_ISFIFO(fifo.stat().st_mode) and len(read[0].splitlines()) == 2
+    assert [path.name for path in tmp_path.iterdir()] == ["fifo"]
+
+
+def test_output_writes_into_a_device_instead_of_replacing_it(
+    checkpoint: Path, tmp_path: Path, run_cli
+) -> None:
+    """A node of its own, the same device as /dev/null: replacing /dev/null itself would break the machine."""
+    null = tmp_path / "null"
+    try:
+        os.mknod(null, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    except PermissionError:
+        pytest.skip("making a device node needs CAP_MKNOD")
+    code, _, err = run_cli("--ckpt", str(checkpoint), "--device", "cpu", "-o", str(null), "Hi.")
+    assert code == 0, err
+    assert stat.S_ISCHR(null.stat().st_mode) and null.stat().st_rdev == os.makedev(1, 3)
+    assert [path.name for path in tmp_path.iterdir()] == ["null"]
+
+
+def test_output_to_dev_stdout_streams_into_the_pipe(checkpoint: Path) -> None:
+    result = _command(
+        str(ROOT / "translate.py"), "--ckpt", str(checkpoint), "--device", "cpu", "-o", "/dev/stdout", "Hi."
+    )
+    assert result.returncode == 0, result.stderr
+    assert len(result.stdout.splitlines()) == 1 and "partial" not in result.stderr

@@ -4,7 +4,8 @@ Expected failures (missing or corrupt checkpoint, no GPU, bad arguments, bad dat
 cannot be written) raise their own exception types where they arise; :func:`main` prints those
 as one line on stderr and returns a non-zero code, and lets anything else (a bug) raise.
 ``--output`` is written to a temporary file that is renamed only on success, so a failure never
-leaves a partial file behind; the file keeps its mode, and a symlink keeps pointing at it.
+leaves a partial file behind; the file keeps its mode, and a symlink keeps pointing at it. A FIFO
+or a device (``/dev/stdout``) is written into, and a file without a write bit is refused.
 """
 
 from __future__ import annotations
@@ -59,7 +60,8 @@ Blank input lines give blank output lines; bytes that are not UTF-8 are read as 
 longer than the model's max positions are truncated (one warning on stderr). Errors (missing,
 corrupt or mismatched checkpoint, no GPU, bad data) print one line on stderr and exit 1; bad
 arguments exit 2. With --output, a failed run leaves no file; an existing file keeps its mode,
-and a symlink is written through. --eval prints its scores before it writes any file.
+a symlink is written through, a FIFO or device (/dev/stdout) is written into, and a file without
+a write bit is refused. --eval prints its scores before it writes any file.
 """
 
 
@@ -194,13 +196,33 @@ def decode_cfg_from_args(cfg: DecodeConfig, args: argparse.Namespace) -> DecodeC
     return replace(overridden, sampling=True, **sampling)
 
 
+def _existing_mode(path: str) -> int | None:
+    """The mode of the file ``path`` names, through any symlink (``/dev/stdout`` names a pipe), or
+    None if there is none yet."""
+    try:
+        return os.stat(path).st_mode
+    except FileNotFoundError:
+        return None
+
+
 def _check_writable(option: str, path: str | None) -> None:
-    """Refuse an output that cannot be written before decoding, not after minutes of it."""
+    """Refuse an output that cannot be written before decoding, not after minutes of it. A file
+    without any write bit is refused even where root could replace it: someone made it read-only."""
     if path is None:
         return
-    target = Path(path).resolve()
-    if target.is_dir():
+    try:
+        mode = _existing_mode(path)
+    except OSError as err:
+        raise OutputError(f"cannot write {option} {path}: {err.strerror}") from err
+    if mode is not None and stat.S_ISDIR(mode):
         raise OutputError(f"cannot write {option} {path}: it is a directory")
+    if mode is not None and not stat.S_ISREG(mode):  # a FIFO, a device, /dev/stdout: written into
+        return
+    if mode is not None and not (mode & 0o222 and os.access(path, os.W_OK)):
+        raise OutputError(
+            f"cannot write {option} {path}: the file is read-only (mode {stat.S_IMODE(mode):o})"
+        )
+    target = Path(path).resolve()
     if not target.parent.is_dir():
         raise OutputError(f"cannot write {option} {path}: its directory {target.parent} does not exist")
     if not os.access(target.parent, os.W_OK):
@@ -209,7 +231,9 @@ def _check_writable(option: str, path: str | None) -> None:
 
 @contextlib.contextmanager
 def _output(path: str | None) -> Iterator[TextIO]:
-    """stdout, or a temporary file renamed onto ``path`` only if the block succeeds.
+    """stdout; ``path`` itself when it names a FIFO or a device (``/dev/stdout``, ``/dev/null``),
+    which are streams to write into, not files to replace; else a temporary file renamed onto
+    ``path`` only if the block succeeds.
 
     The file replaced is the one ``path`` names through any symlink, and keeps its mode; a new one
     gets the umask's. An OSError while the output is open (creating, writing or renaming it) is an
@@ -219,11 +243,16 @@ def _output(path: str | None) -> Iterator[TextIO]:
         if path is None:
             yield sys.stdout
             return
+        mode = _existing_mode(path)
+        if mode is not None and not stat.S_ISREG(mode):
+            with open(path, "w", encoding="utf-8") as stream:
+                yield stream
+            return
         target = Path(path).resolve()  # a symlink stays, and the file it points at is replaced
         temp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.partial")
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # 0o666 less the umask
-        if target.exists():
-            os.fchmod(fd, stat.S_IMODE(target.stat().st_mode))
+        if mode is not None:
+            os.fchmod(fd, stat.S_IMODE(mode))
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
                 yield handle
