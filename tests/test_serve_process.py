@@ -166,6 +166,7 @@ def test_sigterm_under_load_answers_each_request_200_or_json_503_in_time(checkpo
     for response in responses:
         if response.status_code == 503:
             assert response.json() == {"error": SHUTTING_DOWN} and response.headers["Retry-After"] == "1"
+            assert response.headers["Connection"] == "close"  # a keep-alive client opens a new one
         else:
             assert len(response.json()["translations"]) == len(HEAVY["text"])
     assert answered - signalled < graceful + 3  # slack for a loaded machine

@@ -195,11 +195,22 @@ def test_a_full_queue_answers_503_with_retry_after(checkpoint) -> None:
             assert queued.result().status_code == 200
         assert refused.status_code == 503 and refused.headers["Retry-After"] == "1"
         assert "queue is full" in refused.json()["error"]
+        assert "connection" not in refused.headers  # a busy server keeps the connection for the retry
         assert client.post("/translate", json={"text": "I like coffee."}).status_code == 200
         assert (
             'seq2seq_request_errors_total{endpoint="/translate",status="503"} 1'
             in client.get("/metrics").text
         )
+
+
+def test_a_server_that_is_shutting_down_closes_the_connection_with_its_503(checkpoint) -> None:
+    """A keep-alive client told nothing would send its retry down a connection the server drops."""
+    with serve(checkpoint) as client:
+        client.app.state.service.batcher.close()
+        refused = client.post("/translate", json={"text": "Hi."})
+    assert refused.status_code == 503 and refused.headers["Retry-After"] == "1"
+    assert refused.headers["Connection"] == "close"
+    assert refused.json() == {"error": "server busy: the server is shutting down; retry later"}
 
 
 def test_a_cancelled_request_is_dropped_from_the_batches_not_yet_decoded(checkpoint, translator) -> None:

@@ -23,8 +23,8 @@ from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 
-from seq2seq.serving.batcher import QueueFullError
-from seq2seq.serving.edge import RETRY_AFTER_S, Edge, error_response
+from seq2seq.serving.batcher import QueueFullError, ShuttingDownError
+from seq2seq.serving.edge import CLOSE, RETRY_AFTER_S, Edge, error_response
 from seq2seq.serving.metrics import CONTENT_TYPE
 from seq2seq.serving.schemas import (
     AttentionRequest,
@@ -145,7 +145,8 @@ def _install_error_handlers(app: FastAPI) -> None:
         return error_response(err.status, str(err))
 
     async def busy(_: Request, err: QueueFullError) -> JSONResponse:
-        return error_response(503, f"server busy: {err}; retry later", {"Retry-After": str(RETRY_AFTER_S)})
+        headers = {"Retry-After": str(RETRY_AFTER_S)} | (CLOSE if isinstance(err, ShuttingDownError) else {})
+        return error_response(503, f"server busy: {err}; retry later", headers)
 
     async def http_error(_: Request, err: HTTPException) -> JSONResponse:
         return error_response(err.status_code, str(err.detail), err.headers)

@@ -35,6 +35,10 @@ class QueueFullError(RuntimeError):
     """The request queue is full (or the server is stopping): the client should retry later."""
 
 
+class ShuttingDownError(QueueFullError):
+    """The server is stopping: the client should retry, on a new connection (this one closes)."""
+
+
 @dataclass
 class _TranslateJob:
     texts: list[str]
@@ -103,7 +107,7 @@ class DynamicBatcher:
 
     def _put(self, job: _TranslateJob | _CallJob) -> _TranslateJob | _CallJob:
         if self._closed:
-            raise QueueFullError("the server is shutting down")
+            raise ShuttingDownError("the server is shutting down")
         try:
             self._queue.put_nowait(job)
         except queue.Full:
@@ -126,7 +130,7 @@ class DynamicBatcher:
             except queue.Empty:
                 return
             if late.future.set_running_or_notify_cancel():
-                late.future.set_exception(QueueFullError("the server is shutting down"))
+                late.future.set_exception(ShuttingDownError("the server is shutting down"))
 
     def _gather(self, first: _TranslateJob) -> list[_TranslateJob]:
         """``first`` plus the translation jobs that arrive within ``max_wait_s`` of taking it."""

@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 RETRY_AFTER_S = 1  # what a 503 tells the client to wait
 INTERNAL = "internal error; the server log has the details"
 SHUTTING_DOWN = "the server is shutting down and could not answer in time; retry"
-CLOSE = {"Connection": "close"}  # after a refused body: the rest of it is never read
+CLOSE = {"Connection": "close"}  # after a refused body (never read), and a 503 of a server that stops
 
 
 def error_response(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -83,7 +83,9 @@ class Edge:
                 await error_response(500, INTERNAL)(scope, receive, send)
         except asyncio.CancelledError:  # uvicorn's graceful shutdown ran out of time for this request
             if not responded():  # the task ends here, so the cancellation needs no passing on
-                headers = {"Retry-After": str(RETRY_AFTER_S)}
+                # closing: uvicorn drops the connection after this answer, where a keep-alive
+                # client's next request would meet a reset
+                headers = {"Retry-After": str(RETRY_AFTER_S), **CLOSE}
                 await error_response(503, SHUTTING_DOWN, headers)(scope, receive, send)
 
     def _limited(self, receive: Receive) -> Receive:
