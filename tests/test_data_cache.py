@@ -7,6 +7,7 @@ import json
 import logging
 import multiprocessing
 import os
+import signal
 import time
 from dataclasses import asdict
 from functools import partial
@@ -110,3 +111,38 @@ def test_a_corpus_files_digest_is_read_once_while_the_file_is_unchanged(tmp_path
     corpus.write_text("c\td\n")
     os.utime(corpus, ns=(before.st_atime_ns, before.st_mtime_ns + 10**9))
     assert file_digest(corpus, memo) == file_digest(corpus) != first
+
+
+def _scratch(parent: Path) -> list[str]:
+    return sorted(path.name for path in parent.iterdir() if path.is_dir() and path.name.startswith("."))
+
+
+def test_a_build_stopped_by_ctrl_c_leaves_no_scratch_folder(tmp_path: Path) -> None:
+    def interrupted(directory: Path) -> None:
+        (directory / "half.json").write_text("{")
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        build_once(tmp_path / "tokenizer-1", interrupted, "tokenizer", timeout=5)
+    assert _scratch(tmp_path) == [] and not (tmp_path / "tokenizer-1").exists()
+
+
+def _build_until_killed(directory: Path) -> None:
+    (directory / "half.json").write_text("{")
+    time.sleep(60)
+
+
+def test_the_scratch_folder_of_a_killed_build_goes_with_the_next_build(tmp_path: Path) -> None:
+    """SIGKILL (or a SIGTERM, or a second Ctrl-C during the clean-up) runs no clean-up at all."""
+    target = tmp_path / "tokenizer-1"
+    builder = FORK.Process(target=build_once, args=(target, _build_until_killed, "tokenizer", 5))
+    builder.start()
+    deadline = time.monotonic() + 30
+    while not list(tmp_path.glob(".tokenizer-1-*/build/half.json")):
+        assert time.monotonic() < deadline and builder.is_alive()
+        time.sleep(0.02)
+    os.kill(builder.pid, signal.SIGKILL)
+    builder.join()
+    assert len(_scratch(tmp_path)) == 1  # what it left
+    assert build_once(target, lambda directory: (directory / "done").touch(), "tokenizer", timeout=5)
+    assert _scratch(tmp_path) == [] and (target / "done").is_file()

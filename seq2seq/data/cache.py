@@ -17,6 +17,8 @@ import fcntl
 import hashlib
 import logging
 import os
+import re
+import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -83,7 +85,7 @@ def build_into_place(target: Path, build: Callable[[Path], None]) -> None:
     A crash never leaves a half-built cache: readers see no directory or a complete one.
     """
     target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{target.name}-") as scratch:
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=_scratch_prefix(target)) as scratch:
         staging = Path(scratch) / "build"
         staging.mkdir()
         build(staging)
@@ -92,6 +94,19 @@ def build_into_place(target: Path, build: Callable[[Path], None]) -> None:
         except OSError:
             if not target.is_dir():
                 raise
+
+
+def _scratch_prefix(target: Path) -> str:
+    return f".{target.name}-"  # then tempfile's 8 random characters
+
+
+def _remove_stale_scratch(target: Path) -> None:
+    """Delete the scratch folders of earlier builds of ``target`` that were killed (SIGKILL, SIGTERM,
+    a second Ctrl-C during the clean-up): with ``target``'s lock held, no build of it runs."""
+    stale = re.compile(re.escape(_scratch_prefix(target)) + r"[a-z0-9_]{8}")
+    for scratch in target.parent.iterdir():
+        if stale.fullmatch(scratch.name) and scratch.is_dir():
+            shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _take_lock(handle: object, lock_path: Path, timeout: float, what: str) -> None:
@@ -154,6 +169,7 @@ def build_once(target: Path, build: Callable[[Path], None], what: str, timeout: 
             return False
         start = time.perf_counter()
         log.info("building the %s into %s", what, target)
+        _remove_stale_scratch(target)
         build_into_place(target, build)
         hand_back_free_heap()  # a build's tables (the BPE trainer's words, a split's arrays) are done with
         log.info("built the %s in %.1fs", what, time.perf_counter() - start)
