@@ -138,9 +138,8 @@ class LoadedModel(ModelFacts):
 
 def _why_unreadable(path: Path, err: Exception) -> str:
     """What is wrong with a file ``torch.load`` failed on, told from its first bytes: torch's own
-    message can be empty (a 0-byte file), a bare index (text) or a paragraph (a truncated zip)."""
-    if isinstance(err, OSError):
-        return err.strerror or str(err)
+    message can be empty (a 0-byte file), a bare index (text), a paragraph (a truncated zip) or
+    EINVAL (a zip cut within its first kilobytes)."""
     try:
         with path.open("rb") as handle:
             head = handle.read(512)
@@ -152,6 +151,8 @@ def _why_unreadable(path: Path, err: Exception) -> str:
         return f"the file is truncated ({path.stat().st_size:,} bytes, its zip archive has no end)"
     if not head.startswith((b"PK", b"\x80")):  # torch writes a zip archive (or, before 1.6, a pickle)
         return "it holds text, not a PyTorch checkpoint" if _is_text(head) else "not a PyTorch file"
+    if isinstance(err, OSError):
+        return err.strerror or str(err)
     return _first_line(err)
 
 

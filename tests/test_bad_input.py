@@ -54,6 +54,9 @@ def _bad_checkpoint(kind: str, checkpoint: Path, directory: Path) -> tuple[Path,
     if kind == "truncated":  # a copy cut short
         path.write_bytes(checkpoint.read_bytes()[:100_000])
         return path, "the file is truncated (100,000 bytes, its zip archive has no end)"
+    if kind == "short":  # torch's own error is an OSError, EINVAL
+        path.write_bytes(checkpoint.read_bytes()[:5_000])
+        return path, "the file is truncated (5,000 bytes, its zip archive has no end)"
     path.write_text("step,loss\n1,7.5\n", encoding="utf-8")  # a text file renamed .ckpt
     return path, "it holds text, not a PyTorch checkpoint"
 
@@ -63,7 +66,7 @@ COMMANDS: dict[str, tuple[Callable[[list[str]], int], list[str]]] = {  # prog ->
     "serve.py": (serve_main, []),
     "python -m seq2seq.export": (export_main, ["--force", "{tmp}/exported"]),
 }
-KINDS = ("empty", "truncated", "text")
+KINDS = ("empty", "truncated", "short", "text")
 
 
 @pytest.mark.parametrize("prog", COMMANDS)
