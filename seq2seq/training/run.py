@@ -36,6 +36,7 @@ from seq2seq.training.module import TranslationModule
 from seq2seq.training.monitoring import TensorBoardPanels
 from seq2seq.training.ownership import not_writable, owned, resumes
 from seq2seq.training.progress_log import ProgressLog
+from seq2seq.training.requeue import RequeueOnSignal, slurm_environment
 from seq2seq.training.time_shares import TimeShares
 
 log = logging.getLogger(__name__)
@@ -108,6 +109,7 @@ def build_trainer(run: RunConfig, run_dir: Path) -> pl.Trainer:
         TimeShares(),
         GlobalBatch(run.data.max_tokens),
         ProgressLog(callbacks_cfg.progress_every_n_steps, callbacks_cfg.progress_every_s),
+        RequeueOnSignal(),
     ]
     if callbacks_cfg.keep_last:
         # Weights only, for averaging (python -m seq2seq.average); "step" always rises, so the top N
@@ -148,7 +150,7 @@ def build_trainer(run: RunConfig, run_dir: Path) -> pl.Trainer:
             logger=loggers or False,
             enable_progress_bar=callbacks_cfg.progress_bar,
             use_distributed_sampler=False,  # the token-budget sampler shards by rank itself
-            plugins=[AtomicCheckpointIO()],
+            plugins=[AtomicCheckpointIO(), *slurm_environment()],
         )
     except (TypeError, ValueError) as err:  # unknown or invalid trainer.* option
         raise ConfigError(f"trainer: {err}") from err
