@@ -15,6 +15,7 @@ from seq2seq.config import DecodeConfig, ModelConfig
 from seq2seq.data.batching import pad_ids
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from seq2seq.decoding import Hypothesis, beam_search, generate, greedy_search
+from seq2seq.decoding.forced import forced_scores
 from seq2seq.inference.backends import open_model
 from seq2seq.model import Transformer
 from seq2seq.model.int8 import quantize_decoder
@@ -131,6 +132,19 @@ def test_what_the_padding_holds_changes_nothing(
 
     monkeypatch.setattr(model, "encode", loud_padding)
     _assert_same(generate(model, _src(), cfg), reference, 0.0)
+
+
+@pytest.mark.parametrize("name", ["trained", "untrained"])
+def test_forced_decoding_scores_each_hypothesis_as_the_search_did(
+    name: str, request: pytest.FixtureRequest
+) -> None:
+    """Those that ended with EOS and, from random weights, those that stopped at their length limit."""
+    model = request.getfixturevalue(name)
+    cfg = DecodeConfig(beam_size=4, nbest=4, max_len_a=1.0, max_len_b=3)
+    hypotheses = generate(model, _src(), cfg)
+    rows = [i for i, sentence in enumerate(hypotheses) for _ in sentence]
+    forced = forced_scores(model, _src()[rows], [h.tokens for sentence in hypotheses for h in sentence], cfg)
+    assert forced == pytest.approx([h.score for sentence in hypotheses for h in sentence], abs=1e-5)
 
 
 @pytest.mark.parametrize("name", ["trained", "untrained"])
