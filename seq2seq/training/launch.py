@@ -22,6 +22,7 @@ from seq2seq.training.init_from import model_overrides
 from seq2seq.training.overrides import check_overrides, hydra_args, insert_overrides, job_overrides
 from seq2seq.training.ownership import RunLock, claim, discard_unstarted_run, fresh_directory, resumes
 from seq2seq.training.recipe import choose_recipe
+from seq2seq.training.requeue import requeued_checkpoint
 
 UNSET_RUN_ID = "none"  # torchrun's TORCHELASTIC_RUN_ID when its rendezvous got no --rdzv-id
 RUN_DIR, SWEEP_DIR = "hydra.run.dir", "hydra.sweep.dir"  # where Hydra creates a run's or a sweep's directory
@@ -117,7 +118,8 @@ def settle_run_directory(config: DictConfig, key: str, env: Mapping[str, str]) -
     both before Hydra creates it or writes there.
 
     A default name, the time to the second, gets a suffix if another run has it; a name that the
-    user or the launch (:func:`launch_id`) chose is kept, and refused if taken. The launch's rank 0
+    user or the launch (:func:`launch_id`) chose is kept, and refused if taken, unless a requeued
+    SLURM job finds its own there: then it resumes from its ``last.ckpt``. The launch's rank 0
     claims, and the claim is returned; each job of a sweep claims its own directory when it starts.
     """
     given = [*config.hydra.overrides.hydra, *config.hydra.overrides.task]
@@ -130,9 +132,12 @@ def settle_run_directory(config: DictConfig, key: str, env: Mapping[str, str]) -
         with read_write(config.hydra):
             OmegaConf.update(config, key, str(directory))
             config.hydra.overrides.hydra.append(f"{key}={directory}")  # each job of a sweep is composed so
+    run_dir = Path(config.output_dir) if config.output_dir else directory
+    if key == RUN_DIR and (last := requeued_checkpoint(run_dir, launch_id(env), env)) is not None:
+        with read_write(config):  # every rank resumes, from the checkpoint the job's last run saved
+            config.ckpt_path = str(last)
     if key == SWEEP_DIR or not leads_launch(env):
         return None
-    run_dir = Path(config.output_dir) if config.output_dir else directory
     try:
         return claim(run_dir, resumes(config.ckpt_path, run_dir), config.overwrite_output_dir)
     except ConfigError:

@@ -36,6 +36,7 @@ from seq2seq.training.module import TranslationModule
 from seq2seq.training.monitoring import TensorBoardPanels
 from seq2seq.training.ownership import not_writable, owned, resumes
 from seq2seq.training.progress_log import ProgressLog
+from seq2seq.training.requeue import RequeueOnSignal, slurm_environment
 from seq2seq.training.resume_from import check_resumable
 from seq2seq.training.time_shares import TimeShares
 
@@ -109,6 +110,7 @@ def build_trainer(run: RunConfig, run_dir: Path) -> pl.Trainer:
         TimeShares(),
         GlobalBatch(run.data.max_tokens),
         ProgressLog(callbacks_cfg.progress_every_n_steps, callbacks_cfg.progress_every_s),
+        RequeueOnSignal(),
     ]
     if callbacks_cfg.keep_last:
         # Weights only, for averaging (python -m seq2seq.average); "step" always rises, so the top N
@@ -149,7 +151,7 @@ def build_trainer(run: RunConfig, run_dir: Path) -> pl.Trainer:
             logger=loggers or False,
             enable_progress_bar=callbacks_cfg.progress_bar,
             use_distributed_sampler=False,  # the token-budget sampler shards by rank itself
-            plugins=[AtomicCheckpointIO()],
+            plugins=[AtomicCheckpointIO(), *slurm_environment()],
         )
     except (TypeError, ValueError) as err:  # unknown or invalid trainer.* option
         raise ConfigError(f"trainer: {err}") from err
