@@ -53,7 +53,7 @@ class RequeueOnSignal(pl.Callback):
 
     SLURM then ends the running job with SIGTERM, on which every rank stops at the next batch,
     :class:`~seq2seq.training.checkpointing.SaveLast` saves ``last.ckpt`` and the process exits; the
-    requeued job resumes there. If ``scontrol`` fails, the run goes on to its time limit as before.
+    requeued job resumes there. If ``scontrol`` fails, the run goes on to its time limit.
     """
 
     def __init__(self) -> None:
