@@ -173,10 +173,15 @@ class DataConfig:
             )
 
     def _check_source(self) -> None:
-        """``path`` is one path (a glob allowed) or a list of paths; an encoding Python knows."""
-        paths = self.path if isinstance(self.path, list | tuple) else [self.path]
-        if self.path is not None and (not paths or not all(isinstance(p, str) and p for p in paths)):
-            raise ConfigError(f"data.path must be a path or a list of paths, got {self.path!r}")
+        """``path`` and the given sets are each one path (a glob allowed) or a list of paths; a hub
+        config belongs to a hub dataset; an encoding Python knows."""
+        for name in ("path", "valid_path", "test_path"):
+            value = getattr(self, name)
+            paths = value if isinstance(value, list | tuple) else [value]
+            if value is not None and (not paths or not all(isinstance(p, str) and p for p in paths)):
+                raise ConfigError(f"data.{name} must be a path or a list of paths, got {value!r}")
+        if self.hub_config is not None and self.hub_dataset is None:
+            raise ConfigError("data.hub_config is read only with data.hub_dataset=NAME")
         try:
             codecs.lookup(self.encoding)
         except LookupError as err:
@@ -185,12 +190,8 @@ class DataConfig:
             raise ConfigError(f"data.max_malformed_share must be in [0, 1], got {self.max_malformed_share}")
 
     def _check_given_sets(self) -> None:
-        """Own dev/test sets are paths like ``path``; a key that means something only with them is refused."""
-        for name in ("valid_path", "test_path"):
-            value = getattr(self, name)
-            paths = value if isinstance(value, list | tuple) else [value]
-            if value is not None and (not paths or not all(isinstance(p, str) and p for p in paths)):
-                raise ConfigError(f"data.{name} must be a path or a list of paths, got {value!r}")
+        """A key that means something only with own dev/test sets is refused without them, and the sets
+        without the in-memory path that reads them."""
         given = self.valid_path is not None or self.test_path is not None
         if self.drop_train_overlap and not given:
             raise ConfigError(
@@ -202,8 +203,6 @@ class DataConfig:
                 "data.streaming=true holds its valid and test sets out of data.path: "
                 "data.valid_path and data.test_path need data.streaming=false"
             )
-        if self.hub_config is not None and self.hub_dataset is None:
-            raise ConfigError("data.hub_config is read only with data.hub_dataset=NAME")
 
     def _check_tokenizer(self) -> None:
         """A learnt BPE takes no file; a given tokenizer takes one file, or one per side when not shared."""
