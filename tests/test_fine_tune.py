@@ -27,8 +27,8 @@ from seq2seq.inference.evaluation import evaluate
 from seq2seq.launch.command_line import hydra_args
 from seq2seq.launch.composing import compose_run
 from seq2seq.launch.start import prepare_launch, start_run
-from seq2seq.training.init_from import open_start
 from seq2seq.training.module import EMA_PREFIX, MODEL_PREFIX
+from seq2seq.training.starting_point import open_start
 
 ORDERS = ROOT / "tests" / "fixtures" / "orders.tsv"
 OLDEST = sorted((ROOT / "tests" / "fixtures").glob("checkpoint-*.ckpt"))[0]  # of the earliest version kept

@@ -46,10 +46,10 @@ from seq2seq.launch.ranks import (
 )
 from seq2seq.launch.recipe import choose_recipe
 from seq2seq.run_directory import RunDirectory, fresh_directory, resumes
-from seq2seq.training.init_from import model_overrides
 from seq2seq.training.module import NonFiniteLossError
 from seq2seq.training.requeue import requeued_checkpoint
 from seq2seq.training.run import train
+from seq2seq.training.starting_point import model_overrides
 
 log = logging.getLogger(__name__)
 

@@ -28,12 +28,11 @@ from seq2seq.training.budget import Budget
 from seq2seq.training.checkpointing import AtomicCheckpointIO, InterruptBetweenBatches, SaveLast
 from seq2seq.training.final_validation import ValidateAtTheEnd
 from seq2seq.training.global_batch import GlobalBatch
-from seq2seq.training.init_from import load_weights, open_start
 from seq2seq.training.module import TranslationModule
 from seq2seq.training.monitoring import TensorBoardPanels
 from seq2seq.training.progress_log import ProgressLog
 from seq2seq.training.requeue import RequeueOnSignal, slurm_environment
-from seq2seq.training.resume_from import check_resumable
+from seq2seq.training.starting_point import check_resumable, load_weights, open_start
 from seq2seq.training.time_shares import TimeShares
 
 log = logging.getLogger(__name__)
