@@ -2,7 +2,7 @@
 ``bench/train_loop.py`` times, ``bench/train_loss_curve.py`` records and ``bench/step_profile.py``
 profiles.
 
-``train.py``'s own path (the recipe it adds, then ``seq2seq.training.run.train``: the Lightning
+``train.py``'s own path (the recipe it adds, then ``seq2seq.launch.start.start_run``: the Lightning
 Trainer, the module, the data module, EMA, logging and callbacks as it builds them), with one extra
 callback added to the Trainer that ``run.build_trainer`` returns: it times the steps after
 ``warmup``, can record each step's loss and learning rate, and stops the run after ``warmup + steps``
@@ -12,9 +12,10 @@ counts: validation is off (``trainer.limit_val_batches=0``; early stopping, whic
 ``val/bleu``, goes with it), since it is not part of a training step.
 
 :func:`loop_in_subprocess` runs this file in a fresh process whose ``PYTHONPATH`` starts with the
-tree to run, so that it imports that tree's code; the child imports only what every version has
-(``seq2seq.training.run``). The recipe comes from this tree's ``choose_recipe`` in the process that
-starts the run (:func:`with_recipe`), as an ``experiment=`` override every version composes.
+tree to run, so that it imports that tree's code; the child imports ``seq2seq.training.run``, which
+every version has, and the start of a run where the tree has one. The recipe comes from this tree's
+``choose_recipe`` in the process that starts the run (:func:`with_recipe`), as an ``experiment=``
+override every version composes.
 :func:`code_at` extracts the code at a commit; ``bench/step_profile.py`` calls :func:`run_loop`
 in-process with its own callbacks.
 """
@@ -83,7 +84,7 @@ def with_recipe(overrides: list[str]) -> list[str]:
     tree's code (the one the process that starts the runs imports)."""
     import torch
 
-    from seq2seq.training.recipe import choose_recipe
+    from seq2seq.launch.recipe import choose_recipe
 
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else None
     return choose_recipe(overrides, gpu, ROOT / "configs")[0]
@@ -114,6 +115,10 @@ def run_loop(
     precision the Trainer ran in. ``loop_overrides=()`` keeps validation on."""
     from seq2seq.training import run
 
+    try:
+        from seq2seq.launch.start import start_run
+    except ImportError:  # code older than the launch package, whose run.train took the composed config
+        start_run = run.train
     cfg = compose(tree, [*loop_overrides, *overrides, f"output_dir={output_dir}"])
     build_trainer: Callable[..., Any] = run.build_trainer
     built: list[Any] = []
@@ -126,7 +131,7 @@ def run_loop(
 
     run.build_trainer = with_extra_callbacks
     try:
-        run.train(cfg)
+        start_run(cfg)
     finally:
         run.build_trainer = build_trainer
     return {"precision": str(built[0].precision)}  # what auto resolved to, in any version of the code

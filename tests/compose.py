@@ -8,7 +8,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from seq2seq.config import DataConfig, ModelConfig, validated
-from seq2seq.training.overrides import compose_run
+from seq2seq.launch.composing import compose_run
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"

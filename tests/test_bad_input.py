@@ -27,9 +27,9 @@ from seq2seq.data.build import main as build_main
 from seq2seq.export.__main__ import main as export_main
 from seq2seq.inference import cli
 from seq2seq.inference.cli import main as translate_main
+from seq2seq.launch.start import start_run
+from seq2seq.run_directory import RunDirectory
 from seq2seq.serving.cli import main as serve_main
-from seq2seq.training.ownership import claim, discard_unstarted_run
-from seq2seq.training.run import train
 
 
 def _command(*argv: str, **options) -> subprocess.CompletedProcess:
@@ -303,7 +303,7 @@ def test_a_bad_resume_checkpoint_is_one_line_before_the_run_writes(
         overrides, reason = [], f"cannot read checkpoint {path}: {reason}"
     run_dir = tmp_path / "run"
     with pytest.raises(ConfigError) as failure:
-        train(tiny_run(run_dir, tmp_path / "cache", f"ckpt_path={path}", *overrides))
+        start_run(tiny_run(run_dir, tmp_path / "cache", f"ckpt_path={path}", *overrides))
     assert str(failure.value) == f"ckpt_path: {reason}"
     assert not run_dir.exists() and not (tmp_path / "cache").exists()
 
@@ -321,7 +321,9 @@ def test_train_py_refuses_a_bad_resume_checkpoint_and_leaves_its_directory_free(
     assert result.returncode == 1
     assert _one_line(result.stderr) == f"error: ckpt_path: cannot read checkpoint {path}: {reason}"
     assert not run_dir.exists()
-    claim(run_dir, resumes=False, overwrite=False).release()  # what the corrected command does first
+    RunDirectory.claim(
+        run_dir, resumes=False, overwrite=False
+    ).release()  # what the corrected command does first
 
 
 def test_a_config_error_keeps_the_directory_the_user_made_and_their_files(tmp_path: Path) -> None:
@@ -344,10 +346,11 @@ def test_a_failed_start_removes_only_what_it_added(tmp_path: Path) -> None:
     existing.mkdir()
     (existing / "config.yaml").write_text("mine\n", encoding="utf-8")
     for run_dir in (made, existing):
-        claim(run_dir, resumes=False, overwrite=False).release()
+        claimed = RunDirectory.claim(run_dir, resumes=False, overwrite=False)
         (run_dir / ".hydra").mkdir(exist_ok=True)
         (run_dir / "train.log").write_text("started\n", encoding="utf-8")
-        discard_unstarted_run(run_dir)
+        claimed.release()
+        claimed.discard_unstarted()
     assert sorted(path.name for path in tmp_path.iterdir()) == ["existing"]  # runs/ was made for the run
     assert [path.name for path in existing.iterdir()] == ["config.yaml"]
     assert (existing / "config.yaml").read_text(encoding="utf-8") == "mine\n"

@@ -10,9 +10,9 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import DictConfig, OmegaConf
 
 from seq2seq.config import ConfigError, DecodeConfig, ModelConfig, RunConfig, dotted, validated, validated_run
+from seq2seq.launch.composing import compose_run
+from seq2seq.launch.recipe import choose_recipe
 from seq2seq.model import Transformer
-from seq2seq.training.overrides import compose_run
-from seq2seq.training.recipe import choose_recipe
 
 SCHEMAS = {f.name: f.default_factory for f in fields(RunConfig) if is_dataclass(f.default_factory)}
 EXPERIMENTS = sorted(path.stem for path in (CONFIGS / "experiment").glob("*.yaml"))

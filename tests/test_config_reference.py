@@ -13,7 +13,7 @@ from compose import CONFIGS
 from omegaconf import OmegaConf
 
 from seq2seq.config import RunConfig, dotted, validated_run
-from seq2seq.training.overrides import compose_run
+from seq2seq.launch.composing import compose_run
 from tools.docs import config_reference
 
 PAGE = config_reference.PAGE

@@ -32,10 +32,11 @@ from seq2seq.command_line import UsageError
 from seq2seq.config import ConfigError, RunConfig, validated_run
 from seq2seq.export.__main__ import build_parser as export_parser
 from seq2seq.inference.cli import build_parser as translate_parser
+from seq2seq.launch.command_line import hydra_args, job_overrides
+from seq2seq.launch.composing import compose_run, explain
+from seq2seq.launch.recipe import choose_recipe
 from seq2seq.serving.cli import build_parser as serve_parser
 from seq2seq.shortlist import build_parser as shortlist_parser
-from seq2seq.training.overrides import compose_run, explain, hydra_args, job_overrides
-from seq2seq.training.recipe import choose_recipe
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 SHELL_BLOCKS = {"", "bash", "sh", "shell", "console"}

@@ -7,9 +7,9 @@ import pytest
 import torch
 from compose import tiny_run
 
+from seq2seq.launch.start import start_run
 from seq2seq.training.module import TranslationModule
 from seq2seq.training.optimizers import fused_adamw_applies
-from seq2seq.training.run import train
 
 
 @pytest.mark.parametrize(
@@ -45,7 +45,7 @@ def test_a_cpu_run_steps_the_fused_adamw_with_its_gradients_clipped(
         "trainer.max_steps=3",
         "logger.tensorboard=false",
     )
-    metrics = train(cfg)
+    metrics = start_run(cfg)
     assert len(seen) == 3
     for fused, before, after in seen:
         assert fused

@@ -24,11 +24,11 @@ from seq2seq.data import corpus
 from seq2seq.data.tokenizer import TranslationTokenizer
 from seq2seq.inference.backends import open_model
 from seq2seq.inference.evaluation import evaluate
-from seq2seq.training.init_from import open_start
-from seq2seq.training.launch import prepare_launch
+from seq2seq.launch.command_line import hydra_args
+from seq2seq.launch.composing import compose_run
+from seq2seq.launch.start import prepare_launch, start_run
 from seq2seq.training.module import EMA_PREFIX, MODEL_PREFIX
-from seq2seq.training.overrides import compose_run, hydra_args
-from seq2seq.training.run import train
+from seq2seq.training.starting_point import open_start
 
 ORDERS = ROOT / "tests" / "fixtures" / "orders.tsv"
 OLDEST = sorted((ROOT / "tests" / "fixtures").glob("checkpoint-*.ckpt"))[0]  # of the earliest version kept
@@ -39,13 +39,13 @@ ON_ORDERS = (f"data.path={ORDERS}", "data.valid_size=40", "data.test_size=40")
 def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny experiment trained on the tiny corpus: a model that knows nothing of orders."""
     tmp = tmp_path_factory.mktemp("base")
-    train(tiny_run(tmp / "run", tmp / "cache", "trainer.max_epochs=4"))
+    start_run(tiny_run(tmp / "run", tmp / "cache", "trainer.max_epochs=4"))
     return tmp / "run" / "checkpoints" / "best.ckpt"
 
 
 def fine_tune(tmp: Path, base: Path, *overrides: str) -> Path:
     """Train the tiny experiment on the orders from ``base``; returns the run directory."""
-    train(tiny_run(tmp / "run", tmp / "cache", f"init_from={base}", *ON_ORDERS, *overrides))
+    start_run(tiny_run(tmp / "run", tmp / "cache", f"init_from={base}", *ON_ORDERS, *overrides))
     return tmp / "run"
 
 
@@ -145,7 +145,7 @@ def test_resuming_a_fine_tuned_run_without_its_init_from_fails_in_one_line(
         tmp_path / "run", tmp_path / "cache", *ON_ORDERS, f"ckpt_path={last}", "trainer.max_epochs=11"
     )
     with pytest.raises(ConfigError, match="resume a run started with init_from with that init_from too"):
-        train(config)
+        start_run(config)
 
 
 def test_resuming_a_fine_tuned_run_with_its_init_from_continues_it(
@@ -207,7 +207,7 @@ def test_a_fine_tuning_run_trains_the_checkpoints_model_under_either_recipe(
     ckpt = train_tiny_checkpoint(tmp_path, steps=1, **SHAPES["small" if gpu else "base"])
     limits = [f"output_dir={tmp_path / 'run'}", f"data.cache_dir={tmp_path / 'cache'}", "data.num_workers=0",
               "trainer.max_steps=2", "trainer.accelerator=cpu", "trainer.precision=32-true"]  # fmt: skip
-    train(compose_run(CONFIGS, launched(ckpt, gpu, *limits)))
+    start_run(compose_run(CONFIGS, launched(ckpt, gpu, *limits)))
     assert load_model(tmp_path / "run" / "checkpoints" / "last.ckpt").model_config == stored_model_config(
         ckpt
     )

@@ -15,7 +15,7 @@ from seq2seq.config import DataConfig, DataError
 from seq2seq.data.corpus import given_sets, held_out_sizes, load_splits
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.inference import cli
-from seq2seq.training.run import train
+from seq2seq.launch.start import start_run
 
 ORDERS = CORPUS.parent / "orders.tsv"  # 400 pairs, 400 distinct sources, none of them in tiny.tsv
 LINES = ORDERS.read_text(encoding="utf-8").splitlines()
@@ -132,7 +132,7 @@ def test_a_corpus_of_two_sources_stops_in_one_line(tmp_path: Path) -> None:
 def test_training_validates_and_evaluates_on_the_given_sets(tmp_path: Path, capsys) -> None:
     valid, test = write(tmp_path / "dev.tsv", LINES[:12]), write(tmp_path / "test.tsv", LINES[12:20])
     run = tmp_path / "run"
-    train(
+    start_run(
         tiny_run(
             run,
             tmp_path / "cache",

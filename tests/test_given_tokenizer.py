@@ -24,7 +24,7 @@ from seq2seq.export.to_ctranslate2 import export_checkpoint
 from seq2seq.export.to_transformers import export_to_transformers
 from seq2seq.export_folder import ExportError
 from seq2seq.inference.backends import open_model
-from seq2seq.training.run import train
+from seq2seq.launch.start import start_run
 
 SENTENCE = "¿Dónde está el baño? I can't find it."
 
@@ -114,7 +114,7 @@ def test_tokenizer_keys_are_checked_at_compose_time(
     tmp_path: Path, overrides: list[str], message: str
 ) -> None:
     with pytest.raises(ConfigError, match=message):
-        train(tiny_run(tmp_path / "run", tmp_path / "cache", *overrides))
+        start_run(tiny_run(tmp_path / "run", tmp_path / "cache", *overrides))
 
 
 def test_a_file_that_is_not_a_tokenizer_stops_train_py_in_one_line(tmp_path: Path) -> None:
@@ -142,7 +142,7 @@ def test_a_file_that_is_not_a_tokenizer_stops_train_py_in_one_line(tmp_path: Pat
 
 def _train_and_translate(tmp_path: Path, *overrides: str) -> Path:
     run = tmp_path / "run"
-    train(tiny_run(run, tmp_path / "cache", "trainer.max_epochs=1", *overrides))
+    start_run(tiny_run(run, tmp_path / "cache", "trainer.max_epochs=1", *overrides))
     checkpoint = run / "checkpoints" / "last.ckpt"
     translator = open_model(checkpoint, device="cpu", dtype="float32").translator
     (best,), (empty,) = translator.translate([SENTENCE, ""])

@@ -14,7 +14,7 @@ from tiny import CORPUS
 from seq2seq.checkpoint import load_model
 from seq2seq.config import DataConfig
 from seq2seq.data.corpus import load_corpus
-from seq2seq.training.run import train
+from seq2seq.launch.start import start_run
 
 
 def test_training_on_two_aligned_text_files(tmp_path: Path) -> None:
@@ -23,7 +23,7 @@ def test_training_on_two_aligned_text_files(tmp_path: Path) -> None:
     en.write_text("".join(src + "\n" for src, _ in pairs), encoding="utf-8")
     es.write_text("".join(tgt + "\n" for _, tgt in pairs), encoding="utf-8")
     run = tmp_path / "run"
-    train(tiny_run(run, tmp_path / "cache", f"data.path=[{en},{es}]", "trainer.max_epochs=1"))
+    start_run(tiny_run(run, tmp_path / "cache", f"data.path=[{en},{es}]", "trainer.max_epochs=1"))
     loaded = load_model(run / "checkpoints" / "last.ckpt")
     assert loaded.data_config.path == [str(en), str(es)]  # what translate.py --eval rebuilds the split from
 

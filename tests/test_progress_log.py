@@ -13,9 +13,9 @@ import torch
 from compose import ROOT, tiny_run
 from step_clock import step_clock
 
+from seq2seq.launch.start import start_run
 from seq2seq.training.budget import clock_time
 from seq2seq.training.progress_log import TO_CONSOLE, ConsoleFilter
-from seq2seq.training.run import train
 
 STEP_LINE = re.compile(
     r"step (\d+) \| epoch \d+ \| loss [\d.]+ \| lr [\d.e+-]+ \| \d+ tokens/s"
@@ -42,14 +42,14 @@ def progress_steps(text: str) -> list[int]:
 def test_a_line_every_n_steps_or_seconds(tmp_path, caplog, monkeypatch, every, expected) -> None:
     caplog.set_level(logging.INFO, logger="seq2seq.training.progress_log")
     step_clock(monkeypatch, 2.0)
-    train(tiny_run(tmp_path / "run", tmp_path / "cache", "trainer.max_steps=12", *every))
+    start_run(tiny_run(tmp_path / "run", tmp_path / "cache", "trainer.max_steps=12", *every))
     assert progress_steps(caplog.text) == expected
     assert "left 0:00:" in caplog.text  # a step budget: the time left is known
 
 
 def test_each_validation_says_its_scores_and_whether_it_is_the_best(tmp_path, caplog) -> None:
     caplog.set_level(logging.INFO, logger="seq2seq.training.progress_log")
-    train(tiny_run(tmp_path / "run", tmp_path / "cache", "callbacks.progress_every_n_steps=0"))
+    start_run(tiny_run(tmp_path / "run", tmp_path / "cache", "callbacks.progress_every_n_steps=0"))
     lines = re.findall(r"validation at step (\d+): BLEU ([\d.]+), chrF [\d.]+, (.*)", caplog.text)
     assert len(lines) == 2 and lines[0][2] == "the best so far"  # tiny: two epochs, one validation each
     assert lines[1][2] == "the best so far" or lines[1][2] == f"best {lines[0][1]}"

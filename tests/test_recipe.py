@@ -18,10 +18,9 @@ from omegaconf import DictConfig, OmegaConf
 from step_clock import step_clock
 
 from seq2seq.config import CallbacksConfig, ConfigError, OptimConfig, validated, validated_run
-from seq2seq.training.launch import check_sweep
-from seq2seq.training.overrides import check_overrides, compose_run, hydra_args
-from seq2seq.training.recipe import choose_recipe
-from seq2seq.training.run import train
+from seq2seq.launch.command_line import hydra_args
+from seq2seq.launch.recipe import choose_recipe
+from seq2seq.launch.start import checked_jobs, start_run
 
 CPU_SETS = (
     "model=small, trainer=default, data.max_tokens=2500, optim.lr=0.0015, optim.warmup_steps=200, "
@@ -30,8 +29,9 @@ CPU_SETS = (
 )
 
 
-def compose_job(overrides: list[str]) -> DictConfig:
-    return compose_run(CONFIGS, overrides)
+def check_overrides(argv: list[str], config_dir: Path) -> list[DictConfig]:
+    """What ``train.py`` composes and checks before Hydra runs: every job, once."""
+    return checked_jobs(hydra_args(argv), config_dir)
 
 
 def train_py(*argv: str) -> subprocess.CompletedProcess:
@@ -160,18 +160,18 @@ def test_a_bad_override_gets_one_line_naming_the_key(override: str, line: str) -
 
 
 def test_every_value_of_a_sweep_is_checked() -> None:
-    """Its keys and options before Hydra runs; its rules before the first job trains (``RunStart``)."""
-    check_overrides(["-m", "experiment=tiny", "optim.lr=1e-3,2e-3", "model=tiny,small"], CONFIGS)
-    check_sweep(["experiment=tiny", "optim.lr=1e-3,2e-3", "model=tiny,small"], compose_job)
+    """Its keys, options and rules before Hydra runs, each value composed once."""
+    jobs = check_overrides(["-m", "experiment=tiny", "optim.lr=1e-3,2e-3", "model=tiny,small"], CONFIGS)
+    assert len(jobs) == 3  # the first job, then each other value once
     with pytest.raises(ConfigError, match=r"^optim\.lr must be > 0, got -0\.001$"):
-        check_sweep(["experiment=tiny", "optim.lr=1e-3,-1e-3", "model=tiny,small"], compose_job)
+        check_overrides(["-m", "experiment=tiny", "optim.lr=1e-3,-1e-3", "model=tiny,small"], CONFIGS)
     with pytest.raises(ConfigError, match="model=smal is not an option"):
         check_overrides(["-m", "experiment=tiny", "optim.lr=1e-3,2e-3", "model=tiny,smal"], CONFIGS)
 
 
 @pytest.mark.slow
 def test_train_py_refuses_a_sweep_with_a_bad_value_before_its_first_job(tmp_path: Path) -> None:
-    """Hydra calls ``RunStart.on_multirun_start`` before the sweeper starts a job or makes a directory."""
+    """``train.py`` checks every value before Hydra starts a job or makes a directory."""
     result = train_py("-m", "experiment=tiny", "optim.lr=1e-3,-1e-3", f"hydra.sweep.dir={tmp_path / 'sweep'}")
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == ["error: optim.lr must be > 0, got -0.001"]
@@ -242,7 +242,7 @@ def test_a_run_validating_on_the_clock_trains_with_early_stopping_on(tmp_path, c
         tmp_path / "run", tmp_path / "cache", "trainer.val_check_interval=00:00:00:03",
         "trainer.check_val_every_n_epoch=null", f"callbacks.early_stopping_patience={patience}",
     )  # fmt: skip
-    train(cfg)
+    start_run(cfg)
     steps = [int(step) for step in re.findall(r"validation at step (\d+):", caplog.text)]
     assert steps[:3] == [3, 6, 9] and all(step % 3 == 0 for step in steps[:-1]), steps
     assert (tmp_path / "run" / "checkpoints" / "best.ckpt").is_file()  # validated, checkpointed by val/bleu

@@ -12,7 +12,7 @@ from compose import ROOT, tiny_run
 
 from seq2seq.checkpoint import read_checkpoint
 from seq2seq.hardware import cpu_class, describe
-from seq2seq.training.run import train
+from seq2seq.launch.start import start_run
 from tools.docs import learning_curves, results_page
 from tools.docs.run_record import precision_note
 
@@ -81,7 +81,7 @@ def test_the_precision_note_says_auto_and_why_or_that_it_was_set() -> None:
 @pytest.fixture(scope="module")
 def tiny_run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("record")
-    train(tiny_run(tmp / "run", tmp / "cache"))
+    start_run(tiny_run(tmp / "run", tmp / "cache"))
     return tmp / "run"
 
 

@@ -15,7 +15,7 @@ from seq2seq.config import ConfigError, DataConfig, validated
 from seq2seq.data.batching import Stop
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.data.sampler import BatchOrder, TokenBudgetBatchSampler, stops_to_continue
-from seq2seq.training.run import train
+from seq2seq.launch.start import start_run
 
 MAX_TOKENS = 256
 EPOCH = 3
@@ -133,7 +133,7 @@ STOP_AT = 3  # optimizer steps per rank before the checkpoint, inside the first 
 def run_training(tmp_path: Path, processes: int, *overrides: str) -> None:
     overrides = (*overrides, "logger=none")
     if processes == 1:
-        train(tiny_run(tmp_path / "run", tmp_path / "cache", *overrides))
+        start_run(tiny_run(tmp_path / "run", tmp_path / "cache", *overrides))
         return
     result = ddp_training(tmp_path / "run", tmp_path / "cache", processes, *overrides)
     assert result.returncode == 0, result.stderr[-3000:]

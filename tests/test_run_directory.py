@@ -20,10 +20,10 @@ from compose import CONFIGS, ROOT, tiny_run
 
 from seq2seq.command_line import TERMINATED
 from seq2seq.config import ConfigError, validated_run
-from seq2seq.training.launch import RUN_DIR, settle_run_directory
-from seq2seq.training.overrides import compose_run
-from seq2seq.training.ownership import RunDirectoryTaken, RunLock, claim, fresh_directory, holder
-from seq2seq.training.run import train
+from seq2seq.launch.composing import compose_run
+from seq2seq.launch.ranks import register_resolvers
+from seq2seq.launch.start import settle_directory, start_run
+from seq2seq.run_directory import RunDirectory, RunDirectoryTaken, fresh_directory, holder
 
 TINY = ("experiment=tiny", "trainer.max_epochs=1")
 
@@ -123,7 +123,7 @@ def test_a_finished_runs_directory_is_refused_untouched(tmp_path) -> None:
     run_dir = tmp_path / "run"
     listing = finished_run(run_dir)
     with pytest.raises(RunDirectoryTaken) as refused:
-        train(tiny_run(run_dir, tmp_path / "cache"))
+        start_run(tiny_run(run_dir, tmp_path / "cache"))
     assert str(refused.value) == (
         f"{run_dir} holds an earlier run (checkpoints): resume it with "
         f"ckpt_path={run_dir}/checkpoints/last.ckpt, choose another directory, "
@@ -133,9 +133,8 @@ def test_a_finished_runs_directory_is_refused_untouched(tmp_path) -> None:
 
 
 def test_train_py_claims_the_directory_before_hydra_writes_there(tmp_path) -> None:
-    """Hydra calls ``RunStart.on_run_start`` after composing the config and before it creates the
-    run directory and writes ``.hydra/`` and ``train.log``: a finished run's directory is refused
-    without a file of the new run in it."""
+    """``train.py`` claims the run directory before Hydra creates it and writes ``.hydra/`` and
+    ``train.log``: a finished run's directory is refused without a file of the new run in it."""
     run_dir = tmp_path / "run"
     listing = finished_run(run_dir)
     result = subprocess.run(
@@ -154,24 +153,26 @@ def test_its_resume_or_overwrite_output_dir_may_write_there(tmp_path) -> None:
     run_dir = tmp_path / "run"
     finished_run(run_dir)
     checkpoint = run_dir / "checkpoints" / "best.ckpt"
-    claim(run_dir, resumes=True, overwrite=False).release()
-    claim(run_dir, resumes=False, overwrite=True).release()
+    RunDirectory.claim(run_dir, resumes=True, overwrite=False).release()
+    RunDirectory.claim(run_dir, resumes=False, overwrite=True).release()
     with pytest.raises(RunDirectoryTaken, match="holds an earlier run"):
-        claim(run_dir, resumes=False, overwrite=False)
+        RunDirectory.claim(run_dir, resumes=False, overwrite=False)
     assert checkpoint.read_bytes() == b"the earlier run's model"
 
 
 def test_a_held_directory_names_its_holder_and_is_free_once_released(tmp_path) -> None:
-    lock = claim(tmp_path / "run", resumes=False, overwrite=False)
+    lock = RunDirectory.claim(tmp_path / "run", resumes=False, overwrite=False)
     started = time.strftime("%Y-%m-%d %H:%M")
     who = holder(tmp_path / "run")
     assert who is not None and who.startswith(f"pid {os.getpid()} on {socket.gethostname()}, started ")
     assert who.endswith(tuple(f"{started}:{second:02d}" for second in range(60)))
     with pytest.raises(RunDirectoryTaken, match=re.escape(f"is in use by another run ({who})")):
-        RunLock(tmp_path / "run")  # as another process would try it
+        RunDirectory.claim(tmp_path / "run", resumes=False, overwrite=False)  # as another run would try it
     lock.release()
     assert holder(tmp_path / "run") is None
-    claim(tmp_path / "run", resumes=False, overwrite=False).release()  # start-up files only: free
+    RunDirectory.claim(
+        tmp_path / "run", resumes=False, overwrite=False
+    ).release()  # start-up files only: free
 
 
 def test_runs_asking_for_one_default_name_at_once_each_get_their_own(tmp_path) -> None:
@@ -180,7 +181,7 @@ def test_runs_asking_for_one_default_name_at_once_each_get_their_own(tmp_path) -
 
     def ask() -> None:
         start.wait()
-        names.append(fresh_directory(base).name)
+        names.append(fresh_directory(base)[0].name)
 
     threads = [threading.Thread(target=ask) for _ in range(8)]
     for thread in threads:
@@ -197,20 +198,19 @@ def test_a_default_name_that_is_taken_gets_a_suffix_and_a_chosen_one_does_not(tm
         (tmp_path / "runs" / time.strftime("%Y-%m-%d_%H-%M-%S", time.localtime(now + second))).mkdir(
             parents=True, exist_ok=True
         )
-    cfg = compose_run(CONFIGS, ["experiment=tiny"], with_hydra=True)  # as Hydra hands it to RunStart
-    lock = settle_run_directory(cfg, RUN_DIR, {})
+    register_resolvers()  # as train.py does: the default name is runs/${launch_id:${now:...}}
+    cfg = compose_run(CONFIGS, ["experiment=tiny"], with_hydra=True)  # as train.py composes it before Hydra
+    ours, run_dir = settle_directory(cfg, multirun=False, env={})
     try:
-        [named] = [arg for arg in cfg.hydra.overrides.hydra if arg.startswith("hydra.run.dir=")]
+        [named] = ours  # what train.py adds to Hydra's command line: where Hydra creates the directory
         assert re.fullmatch(r"hydra\.run\.dir=runs/\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d-1", named)
-        assert lock.run_dir == Path(named.split("=", 1)[1]) and holder(lock.run_dir) is not None
-        assert cfg.hydra.run.dir == named.split("=", 1)[1]  # where Hydra creates the run directory
+        assert run_dir.path == Path(named.split("=", 1)[1]) and holder(run_dir.path) is not None
     finally:
-        lock.release()
+        run_dir.release()
     chosen = ["experiment=tiny", f"hydra.run.dir={tmp_path / 'mine'}"]
-    cfg = compose_run(CONFIGS, chosen, with_hydra=True)
-    lock = settle_run_directory(cfg, RUN_DIR, {})
-    lock.release()
-    assert list(cfg.hydra.overrides.hydra) == chosen[1:] and lock.run_dir == tmp_path / "mine"
+    ours, run_dir = settle_directory(compose_run(CONFIGS, chosen, with_hydra=True), multirun=False, env={})
+    run_dir.release()
+    assert ours == [] and run_dir.path == tmp_path / "mine"
 
 
 @pytest.mark.parametrize("limit", ["max_epochs", "max_steps"])

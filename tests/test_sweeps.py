@@ -12,7 +12,7 @@ from compose import ROOT, compose_train
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from seq2seq.training.overrides import CONFIG_NAME
+from seq2seq.launch.composing import CONFIG_NAME
 
 
 def sweep(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:

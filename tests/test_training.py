@@ -13,7 +13,7 @@ from seq2seq.checkpoint import load_model, read_checkpoint
 from seq2seq.config import ConfigError
 from seq2seq.inference.backends import open_model
 from seq2seq.inference.cli import main as translate_main
-from seq2seq.training.run import train
+from seq2seq.launch.start import start_run
 
 
 def tiny_config(tmp_path: Path, *overrides: str):
@@ -23,7 +23,7 @@ def tiny_config(tmp_path: Path, *overrides: str):
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory) -> Path:
     tmp_path = tmp_path_factory.mktemp("train")
-    train(tiny_config(tmp_path, "logger.attention_images=true"))  # the tiny experiment leaves them out
+    start_run(tiny_config(tmp_path, "logger.attention_images=true"))  # the tiny experiment leaves them out
     return tmp_path / "run"
 
 
@@ -94,11 +94,11 @@ def test_validation_bleu_equals_the_evaluation_command(trained_run, capsys):
 
 
 def test_resume_continues_the_step_count(tmp_path):
-    train(tiny_config(tmp_path, "trainer.max_epochs=1"))
+    start_run(tiny_config(tmp_path, "trainer.max_epochs=1"))
     last = tmp_path / "run" / "checkpoints" / "last.ckpt"
     steps_one_epoch = torch.load(last, weights_only=True)["global_step"]
     assert steps_one_epoch > 0
-    train(tiny_config(tmp_path, "trainer.max_epochs=2", f"ckpt_path={last}"))
+    start_run(tiny_config(tmp_path, "trainer.max_epochs=2", f"ckpt_path={last}"))
     assert torch.load(last, weights_only=True)["global_step"] == 2 * steps_one_epoch
     assert sorted(p.name for p in last.parent.iterdir()) == ["best.ckpt", "last.ckpt"]  # no best-v1.ckpt
 
@@ -111,10 +111,10 @@ def test_a_resumed_run_ends_with_the_weights_of_one_that_ran_through(tmp_path, v
     """Each optimizer's state and each model variant's weights survive the checkpoint, and static
     batch shapes resume at the batch where the run stopped."""
     cache, steps = tmp_path / "cache", ("trainer.max_epochs=-1", "trainer.max_steps=8")
-    train(tiny_run(tmp_path / "through", cache, variant, *steps))
-    train(tiny_run(tmp_path / "resumed", cache, variant, "trainer.max_epochs=-1", "trainer.max_steps=4"))
+    start_run(tiny_run(tmp_path / "through", cache, variant, *steps))
+    start_run(tiny_run(tmp_path / "resumed", cache, variant, "trainer.max_epochs=-1", "trainer.max_steps=4"))
     last = tmp_path / "resumed" / "checkpoints" / "last.ckpt"
-    train(tiny_run(tmp_path / "resumed", cache, variant, *steps, f"ckpt_path={last}"))
+    start_run(tiny_run(tmp_path / "resumed", cache, variant, *steps, f"ckpt_path={last}"))
     through, resumed = (
         torch.load(tmp_path / d / "checkpoints" / "last.ckpt") for d in ("through", "resumed")
     )
@@ -132,7 +132,7 @@ def test_a_resumed_run_ends_with_the_weights_of_one_that_ran_through(tmp_path, v
 )
 def test_invalid_override_fails_before_training(tmp_path, override, message):
     with pytest.raises(ConfigError, match=message):
-        train(tiny_config(tmp_path, override))
+        start_run(tiny_config(tmp_path, override))
     assert not (tmp_path / "run").exists()
 
 
@@ -159,7 +159,7 @@ def test_cli_bad_input_prints_one_line_and_leaves_no_run_directory(tmp_path, ove
 
 
 def test_logger_none_writes_no_tensorboard_files(tmp_path):
-    train(tiny_config(tmp_path, "logger=none", "trainer.max_epochs=1"))
+    start_run(tiny_config(tmp_path, "logger=none", "trainer.max_epochs=1"))
     assert (tmp_path / "run" / "checkpoints" / "last.ckpt").is_file()
     assert not (tmp_path / "run" / "tensorboard").exists()
 

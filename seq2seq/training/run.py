@@ -1,69 +1,41 @@
-"""From a composed config to a trained, checkpointed model: :func:`train` validates the config once
-into a :class:`~seq2seq.config.RunConfig`, and everything after reads that. ``train.py`` and the
-tests both call it.
+"""From a validated :class:`~seq2seq.config.RunConfig` and its claimed run directory to a trained,
+checkpointed model: the data, the module and the Lightning Trainer with its callbacks
+(:mod:`seq2seq.launch.start` gets a run this far).
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import shutil
-from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
 import torch
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint, RichProgressBar
 from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.utilities import rank_zero_only
 
 from seq2seq.checkpoint import LoadedModel
-from seq2seq.config import ConfigError, RunConfig, validated_run
+from seq2seq.config import ConfigError, RunConfig
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.data.sampler import BatchOrder
 from seq2seq.hardware import compile_blocker, describe, device_type, resolve_precision
 from seq2seq.memory import allocator_in_use
+from seq2seq.run_directory import RunDirectory
 from seq2seq.training.budget import Budget
 from seq2seq.training.checkpointing import AtomicCheckpointIO, InterruptBetweenBatches, SaveLast
 from seq2seq.training.final_validation import ValidateAtTheEnd
 from seq2seq.training.global_batch import GlobalBatch
-from seq2seq.training.init_from import load_weights, open_start
 from seq2seq.training.module import TranslationModule
 from seq2seq.training.monitoring import TensorBoardPanels
-from seq2seq.training.ownership import not_writable, owned, resumes
 from seq2seq.training.progress_log import ProgressLog
 from seq2seq.training.requeue import RequeueOnSignal, slurm_environment
-from seq2seq.training.resume_from import check_resumable
+from seq2seq.training.starting_point import check_resumable, load_weights, open_start
 from seq2seq.training.time_shares import TimeShares
 
 log = logging.getLogger(__name__)
-
-MIN_FREE_BYTES = 200 * 2**20  # refuse to start with less free disk than a few checkpoints need
-
-
-def check_run_directory(path: Path) -> None:
-    """Fail before training, not at the first checkpoint, if the run directory is unusable."""
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / f".write-test-{os.getpid()}"  # every rank of a launch probes the same directory
-        probe.write_bytes(b"ok")
-        probe.unlink()
-    except OSError as err:
-        raise not_writable(path, err) from err
-    free = shutil.disk_usage(path).free
-    if free < MIN_FREE_BYTES:
-        raise ConfigError(
-            f"output_dir {path} has only {free / 2**20:.0f} MiB free; need {MIN_FREE_BYTES // 2**20}"
-        )
-
-
-def run_directory(cfg: DictConfig | RunConfig) -> Path:
-    """Where the run writes: ``output_dir``, or else the directory Hydra made for this run."""
-    return Path(cfg.output_dir or HydraConfig.get().runtime.output_dir)
 
 
 def settle_machine_choices(run: RunConfig) -> tuple[RunConfig, list[str]]:
@@ -159,17 +131,12 @@ def build_trainer(run: RunConfig, run_dir: Path) -> pl.Trainer:
     return trainer
 
 
-def train(cfg: DictConfig) -> dict[str, float]:
-    """Train as ``cfg``, the composed config, says; returns the final logged metrics."""
-    run = validated_run(cfg)
-    run_dir = run_directory(run)
-    run = replace(run, output_dir=str(run_dir))  # config.yaml says where the run went
+def train(run: RunConfig, run_dir: RunDirectory) -> dict[str, float]:
+    """Train as ``run`` says, in ``run_dir``, whose claim the caller holds (its rank 0 does);
+    returns the final logged metrics. ``run.init_from`` and ``run.ckpt_path`` are opened and
+    checked against the run before anything is written."""
     check_resumable(run)
-    start = open_start(run)
-    claim = owned(run_dir, resumes(run.ckpt_path, run_dir), run.overwrite_output_dir)
-    with claim if rank_zero_only.rank == 0 else nullcontext():  # the other ranks write where rank 0 holds
-        check_run_directory(run_dir)
-        return _train_in(run_dir, run, start)
+    return _train_in(run_dir.path, run, open_start(run))
 
 
 def _train_in(run_dir: Path, run: RunConfig, start: LoadedModel | None) -> dict[str, float]:

@@ -28,8 +28,8 @@ import pytorch_lightning as pl
 from omegaconf import DictConfig, OmegaConf
 
 from seq2seq.config import RunConfig, dotted
-from seq2seq.training.overrides import compose_run
-from seq2seq.training.recipe import CPU_RECIPE, GPU_RECIPE, what_a_file_sets
+from seq2seq.launch.composing import compose_run
+from seq2seq.launch.recipe import CPU_RECIPE, GPU_RECIPE, what_a_file_sets
 from tools.docs.results_page import ROOT, first_difference, load_records, markdown, number
 
 PAGE = ROOT / "docs" / "configuration.md"

@@ -1,5 +1,6 @@
 """Which experiment ``python train.py`` runs when the command line names none: the GPU recipe on a
-machine with a CUDA GPU, the CPU recipe elsewhere. It is added to the command line as an ordinary
+machine with a CUDA GPU, the CPU recipe elsewhere. This is the one place that decides it
+(configs/train.yaml leaves ``experiment`` unset). It is added to the command line as an ordinary
 override, so ``.hydra/overrides.yaml`` shows it and an explicit ``experiment=...`` always wins."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from seq2seq.config import dotted
-from seq2seq.training.overrides import hydra_args, insert_overrides
+from seq2seq.launch.command_line import hydra_args, insert_overrides
 
 GPU_RECIPE = "spa_en_gpu"
 CPU_RECIPE = "spa_en_cpu"

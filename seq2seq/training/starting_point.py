@@ -1,5 +1,7 @@
-"""``init_from``: a new run that starts from a trained model's weights and tokenizer and from nothing
-else: its optimizer, schedule, budget and data order are new (``ckpt_path`` resumes a run instead)."""
+"""The checkpoints a run starts from, opened and checked against the run before it writes anything,
+so that a wrong path costs one line. ``init_from``: a new run from a trained model's weights and
+tokenizer and from nothing else (its optimizer, schedule, budget and data order are new).
+``ckpt_path``: the run it names, resumed."""
 
 from __future__ import annotations
 
@@ -29,6 +31,20 @@ def open_start(run: RunConfig) -> LoadedModel | None:
         raise ConfigError(f"init_from: {err}") from err
     check_agrees(start, run, f"init_from: {run.init_from}")
     return start
+
+
+def check_resumable(run: RunConfig) -> None:
+    """Raise a one-line :class:`ConfigError` if ``ckpt_path`` names no file, one that is not a
+    readable seq2seq checkpoint (empty, cut short, text), or one of another model or tokenizer."""
+    if run.ckpt_path is None:
+        return
+    if not Path(run.ckpt_path).is_file():
+        raise ConfigError(f"ckpt_path: no checkpoint at {run.ckpt_path}")
+    try:
+        resumed = load_model(run.ckpt_path)  # its weights checked against its own config, too
+    except CheckpointError as err:
+        raise ConfigError(f"ckpt_path: {err}") from err
+    check_agrees(resumed, run, f"ckpt_path: {run.ckpt_path}")
 
 
 def model_overrides(overrides: list[str]) -> tuple[list[str], str | None]:

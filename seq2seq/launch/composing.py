@@ -1,0 +1,94 @@
+"""The run's config composed as Hydra will compose it, before Hydra runs, so that a mistake costs
+one line and no run directory.
+
+Hydra reports a misspelt key, a value of the wrong type or an unknown group option in several
+lines that end in its ``HYDRA_FULL_ERROR`` hint. :func:`compose_jobs` composes every job of a
+launch once (a sweep: every value once), turns each such error into one line that names the key
+and the allowed values or the nearest key, and checks each job's values against the rules of
+``seq2seq/config.py``; what it cannot explain it leaves to Hydra.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+from pathlib import Path
+
+import pytorch_lightning as pl
+from hydra import compose, initialize_config_dir
+from hydra.errors import HydraException, MissingConfigException
+from omegaconf import DictConfig, open_dict, read_write
+from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
+
+from seq2seq.config import ConfigError, dotted, validated_run
+
+CONFIG_NAME = "train"  # configs/train.yaml, the primary config of train.py
+
+
+def compose_run(config_dir: Path, overrides: list[str], with_hydra: bool = False) -> DictConfig:
+    """The config of one run, composed from ``configs/train.yaml`` as ``train.py`` composes it
+    (``with_hydra``: with Hydra's own node, ``hydra.run.dir`` and the rest)."""
+    with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
+        return compose(CONFIG_NAME, overrides=overrides, return_hydra_config=with_hydra)
+
+
+def without_hydra(config: DictConfig) -> DictConfig:
+    """The run's own keys of a config composed ``with_hydra``, as Hydra hands them to the run."""
+    task = config.copy()
+    with read_write(task), open_dict(task):
+        del task["hydra"]
+    return task
+
+
+def unknown_key(key: str, config_dir: Path, overrides: list[str]) -> str:
+    """One line for a key that the composed config lacks: the nearest key, or the keys there are."""
+    groups = {path.name for path in config_dir.iterdir() if path.is_dir()}
+    choices = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") in groups]
+    keys = dotted(compose_run(config_dir, choices))
+    parent, _, name = key.rpartition(".")
+    if parent == "trainer" and name in inspect.signature(pl.Trainer.__init__).parameters:
+        return (
+            f"trainer.{name} is a Lightning Trainer argument that configs/trainer/ does not set: "
+            f"add it with +trainer.{name}=..."
+        )
+    within = f"{parent}." if parent else ""
+    siblings = sorted({k.removeprefix(within).split(".")[0] for k in keys if k.startswith(within)})
+    if close := difflib.get_close_matches(name, siblings, n=1):
+        return f"{key} is not a config key; did you mean {within}{close[0]}?"
+    return f"{key} is not a config key; {parent or 'the config'} has {', '.join(siblings)}"
+
+
+def explain(err: HydraException, config_dir: Path, overrides: list[str]) -> str | None:
+    """One line for a composition error that an override caused, or None to leave it to Hydra."""
+    if isinstance(err, MissingConfigException) and err.options and err.missing_cfg_file:
+        group, _, name = err.missing_cfg_file.rpartition("/")
+        close = difflib.get_close_matches(name, err.options, n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        return f"{group}={name} is not an option{hint}; {group} is one of {', '.join(sorted(err.options))}"
+    cause = err.__cause__
+    if isinstance(cause, (ConfigAttributeError, ConfigKeyError)) and cause.full_key:
+        return unknown_key(cause.full_key, config_dir, overrides)
+    if isinstance(cause, ValidationError) and cause.full_key:
+        given = next(
+            (o for o in overrides if o.lstrip("+~").split("=", 1)[0] == cause.full_key), cause.full_key
+        )
+        return f"{given}: {str(cause.msg).splitlines()[0]}"
+    return None
+
+
+def compose_jobs(config_dir: Path, jobs: list[list[str]], validate: bool) -> list[DictConfig] | None:
+    """Each job's config (``with_hydra``), or a one-line :class:`ConfigError` for the first job with
+    a bad key, option or type, or (``validate``) a value that breaks a rule; None where Hydra's own
+    message is the answer (an error that no override explains), so that Hydra reports it."""
+    composed = []
+    for overrides in jobs:
+        try:
+            config = compose_run(config_dir, overrides, with_hydra=True)
+        except HydraException as err:
+            if line := explain(err, config_dir, overrides):
+                raise ConfigError(line) from err
+            return None
+        if validate:
+            validated_run(without_hydra(config))
+        composed.append(config)
+    return composed
