@@ -109,10 +109,10 @@ def test_a_run_with_compile_and_static_shapes_trains_through_the_captured_step(
     counter = CompileCounterWithBackend("aot_eager")
     monkeypatch.setattr(captured_step, "BACKEND", counter)
     caplog.set_level(logging.INFO, logger="seq2seq.training.module")
-    overrides = ("compile=true", "data.static_shapes=true", "trainer.max_epochs=-1", "trainer.max_steps=3")
+    overrides = ("compile=true", "data.static_shapes=true", "trainer.max_epochs=-1", "trainer.max_steps=2")
     with torch._dynamo.config.patch(recompile_limit=torch._dynamo.config.recompile_limit):  # as it was after
         metrics = train(tiny_run(tmp_path / "run", tmp_path / "cache", *overrides))
-    assert 1 <= counter.frame_count <= 3 and np.isfinite(metrics["train/loss"])
+    assert 1 <= counter.frame_count <= 2 and np.isfinite(metrics["train/loss"])
     compiled = [record.message for record in caplog.records if record.message.startswith("compiled the")]
     assert len(compiled) == counter.frame_count
     assert (tmp_path / "run" / "checkpoints" / "last.ckpt").is_file()
