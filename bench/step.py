@@ -8,6 +8,8 @@ embeddings, dropout) and gets the same real-corpus batches and masks (source pad
 + causal). Model FLOPs per step = 6 · (encoder non-embedding params · source tokens + decoder
 non-embedding params · target tokens + d_model · vocab · target tokens for the output projection)
 plus attention, 12 · d_model · (queries · keys) per layer and attention kind (forward 4, backward 8).
+With ``--capture`` the batches are padded to static shapes (``data.static_shapes``) and our step is
+also timed captured, as ``compile=true`` runs it then (:mod:`seq2seq.training.captured_step`).
 """
 
 from __future__ import annotations
@@ -19,17 +21,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from bench.measure import bench_parser, model_config, sample_corpus_pairs, targets
 from seq2seq.config import ModelConfig
-from seq2seq.data.batching import Batch, collate, pad_ids
+from seq2seq.data.batching import Batch, collate, pack, pad_ids, pair_lengths
+from seq2seq.data.static_shapes import StaticShapes
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, TranslationTokenizer
 from seq2seq.hardware import AUTO, describe, precision_dtype, resolve_precision
 from seq2seq.model import Transformer
 from seq2seq.model.transformer import sinusoidal_table
+from seq2seq.training.captured_step import CapturedStep
 from seq2seq.training.loss import sequence_loss
 from seq2seq.training.optimizers import adamw, fused_adamw_applies
 
@@ -87,6 +92,16 @@ def ours_loss(model: Transformer, batch: Batch) -> Tensor:
     return sums.loss / sums.tokens
 
 
+def captured_loss(step: CapturedStep) -> Callable[[Any, Batch], Tensor]:
+    """What the Lightning module computes with ``compile=true`` and static shapes, through ``step``."""
+
+    def loss(_model: Any, batch: Batch) -> Tensor:
+        sums = step(batch)
+        return sums.loss / sums.tokens
+
+    return loss
+
+
 def torch_loss(model: nn.Module, batch: Batch) -> Tensor:
     """PyTorch's own label-smoothed cross-entropy, as a plain ``nn.Transformer`` script would use."""
     logits = model(batch.src, batch.tgt_in)
@@ -133,6 +148,19 @@ def real_batches(data: Data, budget: int, count: int) -> list[Batch]:
     return batches[:: max(1, len(batches) // count)][:count]
 
 
+def static_batches(data: Data, budget: int, count: int) -> list[Batch]:
+    """``count`` batches spread over all lengths as ``data.static_shapes`` makes them: packed by the
+    sampler's packing on their pairs' rungs, each padded to its rung's shape."""
+    tokenizer, sources, targets = data
+    src, tgt = tokenizer.encode_source(sources), tokenizer.encode_target(targets)
+    lengths = pair_lengths(np.array([len(ids) for ids in src]), np.array([len(ids) for ids in tgt]))
+    shapes = StaticShapes.of(int(lengths.max()) - 1, budget)  # every pair fits the top rung
+    rungs = shapes.rounded(lengths)
+    batches = pack(np.argsort(rungs, kind="stable"), rungs, budget)
+    chosen = batches[:: max(1, len(batches) // count)][:count]
+    return [shapes.pad(collate([{"src_ids": src[i], "tgt_ids": tgt[i]} for i in batch])) for batch in chosen]
+
+
 def fixed_length_batch(data: Data, length: int, budget: int) -> Batch:
     """Real text cut into rows of exactly ``length`` tokens (no padding), ``budget`` tokens per side."""
     tokenizer, sources, targets = data
@@ -151,8 +179,8 @@ def fixed_length_batch(data: Data, length: int, budget: int) -> Batch:
 
 
 def real_tokens(batches: list[Batch]) -> int:
-    """Source and target tokens of ``batches``, pad excluded: what tokens/s counts."""
-    return sum(int((b.src != PAD_ID).sum() + (b.tgt_out != PAD_ID).sum()) for b in batches)
+    """Source and target tokens of ``batches``, pad and filler rows excluded: what tokens/s counts."""
+    return sum(batch.real_tokens() for batch in batches)
 
 
 def model_flops(cfg: ModelConfig, model: Transformer, batch: Batch) -> float:
@@ -181,7 +209,7 @@ class Twins:
     batches: list[Batch]  # on the device
     tokens: int  # real tokens of the batches
     flops: float  # our model FLOPs on the batches
-    steps: dict[str, Callable[[Batch], None]]  # "ours" and "nn.Transformer", warmed up
+    steps: dict[str, Callable[[Batch], None]]  # "ours", "nn.Transformer" (and "ours captured"), warmed up
 
     def runs(self) -> dict[str, Callable[[], object]]:
         """Each model's steps over all the batches, as one timed run."""
@@ -190,11 +218,13 @@ class Twins:
 
 def twins(name: str, args: argparse.Namespace, data: Data, dtype: torch.dtype) -> Twins:
     """Ours and the twin of ``configs/model/<name>.yaml`` on ``args.device`` (compiled with
-    ``--compile``), their steps warmed up on two batches: the allocator, autotuning, compilation."""
+    ``--compile``), their steps warmed up on two batches: the allocator, autotuning, compilation.
+    With ``--capture``, ours captured too, warmed up twice on every batch: each shape compiled, and
+    recorded as a CUDA graph on a GPU."""
     cfg = model_config(name)
     torch.manual_seed(0)
     ours, peer = Transformer(cfg, VOCAB, VOCAB), TorchTransformer(cfg, VOCAB)
-    batches = real_batches(data, args.max_tokens, args.batches)
+    batches = (static_batches if args.capture else real_batches)(data, args.max_tokens, args.batches)
     tokens = real_tokens(batches)
     flops = sum(model_flops(cfg, ours, b) for b in batches)
     ours, peer = ours.to(args.device), peer.to(args.device)
@@ -206,8 +236,11 @@ def twins(name: str, args: argparse.Namespace, data: Data, dtype: torch.dtype) -
         "ours": train_step_fn(ours, ours_loss, dtype),
         "nn.Transformer": train_step_fn(peer, torch_loss, dtype),
     }
+    if args.capture:
+        captured = CapturedStep(ours, 0.1, len(batches))
+        steps["ours captured"] = train_step_fn(ours, captured_loss(captured), dtype)
     for step in steps.values():
-        for batch in batches[:2]:
+        for batch in 2 * batches if args.capture else batches[:2]:
             step(batch)
     return Twins(name, cfg, ours, peer, batches, tokens, flops, steps)
 
@@ -225,7 +258,11 @@ def add_step_arguments(
             help="default fp32 on a CPU, bf16 on CUDA; bf16 = autocast; "
             "auto = as trainer.precision=auto chooses",
         )
-    parser.add_argument("--compile", action="store_true", help="torch.compile the models")
+    compiled = parser.add_mutually_exclusive_group()
+    compiled.add_argument("--compile", action="store_true", help="torch.compile the models")
+    compiled.add_argument(
+        "--capture", action="store_true", help="static batch shapes, and our step also timed captured"
+    )
     parser.add_argument("--max-tokens", type=int, default=2500, help="tokens per side per batch")
     parser.add_argument("--batches", type=int, default=4, help="real batches per repetition")
     parser.add_argument("--reps", type=int, default=3)
@@ -275,6 +312,8 @@ def compute_dtype(args: argparse.Namespace) -> torch.dtype:
 
 
 def variant(name: str, args: argparse.Namespace) -> str:
-    """The end of a size's RATIO names: the size, then the dtype, compilation and GPU if not the default."""
+    """The end of a size's RATIO names: the size, then the dtype, compilation, static shapes and GPU
+    if not the default."""
     suffix = name + ("" if args.dtype == "fp32" else f"_{args.dtype}") + ("_compiled" if args.compile else "")
+    suffix += "_static_shapes" if args.capture else ""
     return suffix + ("_cuda" if args.device.type == "cuda" else "")

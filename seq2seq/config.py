@@ -128,7 +128,7 @@ class DataConfig:
     shared_vocab: bool = True  # one tokenizer for both languages
     tokenizer_max_pairs: int = 1_000_000  # BPE learns from at most this many training pairs, evenly spread
     max_tokens: int = 4096  # token budget of one training batch (padded tokens)
-    static_shapes: bool = False  # training batches padded to a few fixed shapes, for a captured GPU step
+    static_shapes: bool = False  # training batches in a few fixed shapes: compile=true then captures the step
     eval_max_tokens: int = 4096  # token budget of evaluation batches (loss and decoding) and of translate.py
     num_workers: int = 1  # worker processes of the training loader; evaluation loads in the process
     cache_dir: str = "~/.cache/seq2seq"  # cleaned corpus, split, tokenizers and encodings
@@ -390,7 +390,7 @@ class RunConfig:
     ckpt_path: str | None = None  # resume from this checkpoint (e.g. <run>/checkpoints/last.ckpt)
     init_from: str | None = None  # start from this checkpoint's weights and tokenizer, all else new
     overwrite_output_dir: bool = False  # train into a directory an earlier run trained in, over its files
-    compile: bool = False  # torch.compile the model (GPU recommended)
+    compile: bool = False  # torch.compile the layers; with data.static_shapes the step, CUDA graphs on a GPU
     skip_nonfinite: bool = False  # skip batches with NaN/inf loss instead of stopping
 
 

@@ -1,4 +1,5 @@
-"""The fast loss against the plain one (PyTorch's own ops and autograd), and the CPU dropout's statistics."""
+"""The fast losses against the plain one (PyTorch's own ops and autograd) and against each other, and
+the CPU dropout's statistics."""
 
 import pytest
 import torch
@@ -6,7 +7,7 @@ import torch
 from seq2seq.data.tokenizer import PAD_ID
 from seq2seq.model.dropout import Dropout
 from seq2seq.training import loss as loss_module
-from seq2seq.training.loss import plain_sequence_loss, sequence_loss
+from seq2seq.training.loss import fixed_sequence_loss, plain_sequence_loss, sequence_loss
 from seq2seq.training.optimizers import adamw
 
 
@@ -41,6 +42,32 @@ def test_fast_loss_and_gradients_equal_the_plain_loss(
         tolerance = {"atol": 1e-2 * scale, "rtol": 2e-2} if autocast else {"atol": 1e-5, "rtol": 1e-4}
         torch.testing.assert_close(got, expected, **tolerance)
     assert grads[0][:, 50:].abs().max() == 0 and grads[0][0, :3].abs().max() == 0  # pads get no gradient
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+@pytest.mark.parametrize("chunk_elements", [None, 50 * 64])  # all rows in one chunk, or in 6
+def test_the_loss_over_fixed_positions_equals_the_gathered_one_whatever_the_pads_hold(
+    smoothing: float, chunk_elements: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if chunk_elements:
+        monkeypatch.setattr(loss_module, "CPU_CHUNK_ELEMENTS", chunk_elements)
+    torch.manual_seed(0)
+    target = torch.randint(1, 64, (4, 70))
+    target[target == PAD_ID] = PAD_ID + 1
+    target[:, 50:], target[0, :3], target[3] = PAD_ID, PAD_ID, PAD_ID  # a filler row: no target at all
+    pads = (target == PAD_ID)[..., None]  # (4, 70, 1)
+    states = torch.randn(4, 70, 32)
+    weight = (0.3 * torch.randn(64, 32)).requires_grad_()
+    gathered = sequence_loss(states.requires_grad_(), weight, target, smoothing, PAD_ID)
+    expected_grads = torch.autograd.grad(gathered.loss * 1.5, [states, weight])
+    for pad_states in (states.detach(), 100 * torch.randn_like(states)):  # what the pads hold is noise
+        other = torch.where(pads, pad_states, states.detach()).requires_grad_()
+        fixed = fixed_sequence_loss(other, weight, target, smoothing, PAD_ID)
+        for name, got, expected in zip(gathered._fields, fixed, gathered[:3], strict=False):
+            torch.testing.assert_close(got, expected, msg=name)
+        grads = torch.autograd.grad(fixed[0] * 1.5, [other, weight])
+        for got, expected in zip(grads, expected_grads, strict=True):
+            torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
 
 
 def test_without_gradients_the_loss_computes_none() -> None:

@@ -4,7 +4,6 @@ batch within the token budget, and filler rows and pad columns change no loss, g
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import replace
 from itertools import pairwise
 from pathlib import Path
@@ -13,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 from streamed_store import make_store
+from torch._dynamo.testing import CompileCounterWithBackend
 
 from seq2seq.config import DataConfig, ModelConfig
 from seq2seq.data.batching import Batch, collate
@@ -22,6 +22,8 @@ from seq2seq.data.static_shapes import GROWTH, StaticShapes, ladder
 from seq2seq.data.stream import StreamedBatchSampler
 from seq2seq.data.tokenizer import PAD_ID
 from seq2seq.model import Transformer
+from seq2seq.training import captured_step
+from seq2seq.training.captured_step import CapturedStep
 from seq2seq.training.loss import sequence_loss
 
 
@@ -96,10 +98,10 @@ def test_a_resumed_epoch_goes_on_with_the_batches_left(tiny_data_cfg: DataConfig
 
 @pytest.mark.slow
 def test_a_compiled_step_compiles_once_per_shape(
-    tiny_data_cfg: DataConfig, tiny_model_cfg: ModelConfig
+    tiny_data_cfg: DataConfig, tiny_model_cfg: ModelConfig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """With ``dynamic=False`` every new input shape compiles the model again: the batches of an
-    epoch's first three shapes (a compile each takes seconds here) compile it once per shape."""
+    """The captured step (``compile=true``) over the batches of an epoch's first three shapes (a
+    compile each takes seconds here) compiles once per shape."""
     datamodule = TranslationDataModule(replace(tiny_data_cfg, static_shapes=True, max_tokens=256), seed=0)
     datamodule.setup("fit")
     epoch = list(datamodule.train_dataloader())
@@ -107,20 +109,13 @@ def test_a_compiled_step_compiles_once_per_shape(
     batches = [batch for batch in epoch if batch.src.shape in first]
     vocab = datamodule.tokenizer.src_vocab_size
     model = Transformer(replace(tiny_model_cfg, n_encoder_layers=1, n_decoder_layers=1), vocab, vocab)
-    graphs = []
-
-    def counting(graph: torch.fx.GraphModule, inputs: list[torch.Tensor]) -> Callable[..., object]:
-        graphs.append(graph)
-        return graph.forward
-
-    @torch.compile(backend=counting, dynamic=False, fullgraph=True)
-    def forward(src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
-        return model.decode_states(tgt_in, *model.encode(src))  # (B, T, D)
-
-    torch._dynamo.reset()
+    counter = CompileCounterWithBackend("aot_eager")
+    monkeypatch.setattr(captured_step, "BACKEND", counter)
+    step = CapturedStep(model, 0.1, shapes=len(first))
     for batch in batches:
-        forward(batch.src, batch.tgt_in).sum().backward()
-    assert len(graphs) == len(first) < len(batches)  # shapes recur and compile nothing new
+        sums = step(batch)
+        (sums.loss / sums.tokens).backward()
+    assert counter.frame_count == len(first) < len(batches)  # shapes recur and compile nothing new
 
 
 def _step(

@@ -4,7 +4,7 @@ PyTorch's CPU dropout draws one Bernoulli sample per element, a large share of a
 step. Here one 64-bit random draw gives four 16-bit lanes,
 each compared with a threshold, so the mask needs a quarter of the random bits. The drop
 probability is rounded to a multiple of 1/65536.
-On a GPU, PyTorch's fused dropout kernel is used instead.
+On a GPU, and in code being compiled (whose kernels draw their own bits), PyTorch's dropout is used.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ class Dropout(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         if not self.training or self.p == 0.0:
             return x
-        if x.device.type != "cpu":
+        if x.device.type != "cpu" or torch.compiler.is_compiling():
             return F.dropout(x, self.p, training=True)
         return x * keep_multiplier(x, self.p)
 

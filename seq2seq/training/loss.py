@@ -5,8 +5,9 @@ Autograd's path through the projection and log-softmax keeps several float32 cop
 (B, T, V) logits. :func:`sequence_loss` runs the projection and the loss together in chunks of rows,
 with the closed-form gradient ``softmax - (1 - ε)·onehot(target) - ε/V``, so no (B, T, V) tensor
 exists and pad positions are never projected; the same pass counts the top-1 hits (a target tied
-for first counts). :func:`plain_sequence_loss` is the same loss in PyTorch's own ops, the reference
-the fast one is tested against.
+for first counts). :func:`fixed_sequence_loss` is the same loss over all positions, pads weighted to
+zero, for a step compiled at fixed shapes. :func:`plain_sequence_loss` is the same loss in PyTorch's
+own ops, the reference the fast ones are tested against.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ def _row_chunks(rows: int, vocab: int, device: torch.device) -> list[slice]:
 
 class _ProjectedSmoothedCrossEntropy(torch.autograd.Function):
     """Output projection and loss of states (N, D) through weight (V, D) against targets (N,), in
-    row chunks: summed smoothed loss, summed NLL and top-1 hits.
+    row chunks: summed smoothed loss, summed NLL and top-1 hits; with ``keep`` (N,), a boolean
+    mask, only of the rows it keeps: the others add nothing and get no gradient.
 
     The loss is the last thing a step computes, so the gradient of each chunk's logits is known in
     the forward pass, up to the scalar that the backward pass brings: each chunk's gradients of the
@@ -48,7 +50,7 @@ class _ProjectedSmoothedCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def forward(
-        ctx: Any, states: Tensor, weight: Tensor, target: Tensor, smoothing: float
+        ctx: Any, states: Tensor, weight: Tensor, target: Tensor, smoothing: float, keep: Tensor | None
     ) -> tuple[Tensor, Tensor, Tensor]:
         vocab, needs_grad = weight.size(0), any(ctx.needs_input_grad[:2])
         loss, nll = (torch.zeros((), device=states.device) for _ in range(2))
@@ -59,14 +61,21 @@ class _ProjectedSmoothedCrossEntropy(torch.autograd.Function):
             x, chunk_target = states[rows], target[rows, None]  # (n, D), (n, 1)
             logits = x @ weight.t()  # (n, V), in autocast's dtype where it is on
             logp = logits.float().log_softmax(dim=1)  # (n, V)
-            target_logp = logp.gather(1, chunk_target).squeeze(1)  # (n,)
-            nll -= target_logp.sum()
-            loss -= (1.0 - smoothing) * target_logp.sum() + smoothing * logp.mean(dim=1).sum()
+            target_logp, mean_logp = logp.gather(1, chunk_target).squeeze(1), logp.mean(dim=1)  # (n,), (n,)
             target_logit = logits.gather(1, chunk_target).squeeze(1)  # (n,)
-            correct += (target_logit == logits.amax(dim=1)).sum()  # a tenth of argmax's time on a CPU
+            hit = target_logit == logits.amax(dim=1)  # (n,), a tenth of argmax's time on a CPU
+            if keep is not None:
+                chunk_keep = keep[rows]  # (n,)
+                target_logp, mean_logp = target_logp.where(chunk_keep, 0.0), mean_logp.where(chunk_keep, 0.0)
+                hit &= chunk_keep
+            nll -= target_logp.sum()
+            loss -= (1.0 - smoothing) * target_logp.sum() + smoothing * mean_logp.sum()
+            correct += hit.sum()
             if needs_grad:  # d(loss)/d(logits) = softmax - (1 - ε)·onehot(target) - ε/V
                 grad = logp.exp_().sub_(smoothing / vocab)  # (n, V), in place of logp
                 grad.scatter_add_(1, chunk_target, grad.new_full(chunk_target.shape, smoothing - 1.0))
+                if keep is not None:
+                    grad.masked_fill_(~chunk_keep[:, None], 0.0)
                 grad = grad.to(logits.dtype)  # once, for both matmuls
                 grad_states[rows] = grad @ weight  # (n, D)
                 if grad.dtype == grad_weight.dtype:
@@ -84,6 +93,7 @@ class _ProjectedSmoothedCrossEntropy(torch.autograd.Function):
         return (
             grad_states * grad_loss if wanted[0] else None,
             grad_weight * grad_loss if wanted[1] else None,
+            None,
             None,
             None,
         )
@@ -110,9 +120,25 @@ def sequence_loss(
     real = real_positions(target, pad_id) if real is None else real  # (N,)
     flat_states = states.flatten(0, 1).index_select(0, real)  # (N, D)
     loss, nll, correct = _ProjectedSmoothedCrossEntropy.apply(
-        flat_states, weight, target.flatten().index_select(0, real), smoothing
+        flat_states, weight, target.flatten().index_select(0, real), smoothing, None
     )
     return LossSums(loss, nll, correct, real.numel())
+
+
+def fixed_sequence_loss(
+    states: Tensor, weight: Tensor, target: Tensor, smoothing: float, pad_id: int
+) -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`sequence_loss`'s sums (loss, NLL, correct) over all B·T positions, pads weighted to zero.
+
+    Every shape follows the batch's and nothing counts real tokens (that count is the batch's,
+    made on the host), so a step compiled at fixed shapes (:mod:`seq2seq.training.captured_step`)
+    is one graph per batch shape, with no sync. Pad positions are projected for nothing: where a
+    step runs eagerly, the gathered :func:`sequence_loss` is cheaper.
+    """
+    flat_target = target.flatten()  # (B·T,)
+    return _ProjectedSmoothedCrossEntropy.apply(
+        states.flatten(0, 1), weight, flat_target, smoothing, flat_target != pad_id
+    )
 
 
 def plain_sequence_loss(

@@ -19,13 +19,15 @@ from torch import Tensor
 from seq2seq.checkpoint import KEY, resume_state, seq2seq_entry
 from seq2seq.config import ConfigError, DataConfig, DecodeConfig, ModelConfig, OptimConfig
 from seq2seq.data.batching import Batch
+from seq2seq.data.static_shapes import StaticShapes
 from seq2seq.data.tokenizer import TranslationTokenizer
 from seq2seq.hardware import precision_dtype
 from seq2seq.inference.evaluation import score
 from seq2seq.inference.translator import Translator
 from seq2seq.model import Transformer
 from seq2seq.training.budget import budget_spent
-from seq2seq.training.loss import sequence_loss
+from seq2seq.training.captured_step import CapturedStep
+from seq2seq.training.loss import LossSums, sequence_loss
 from seq2seq.training.optimizers import build_optimizer, fused_adamw_applies, lr_schedule
 from seq2seq.training.sharding import translate_sharded
 
@@ -96,6 +98,7 @@ class TranslationModule(pl.LightningModule):
         tgt_vocab_size: int,
         skip_nonfinite: bool = False,
         tokenizer: TranslationTokenizer | None = None,
+        compile: bool = False,
     ) -> None:
         super().__init__()
         self.model_cfg = model
@@ -109,6 +112,14 @@ class TranslationModule(pl.LightningModule):
         self.ema_model = (
             copy.deepcopy(self.model).requires_grad_(False) if self.optim_cfg.ema_decay > 0 else None
         )
+        # compile=true: with static shapes, the training step's forward and loss, one graph per
+        # shape; else each layer in place, for any shape (the parameters keep their names).
+        self.captured: CapturedStep | None = None
+        if compile and data.static_shapes:
+            rungs = StaticShapes.of(data.max_length, data.max_tokens).rungs
+            self.captured = CapturedStep(self.model, optim.label_smoothing, len(rungs))
+        elif compile:
+            self.model.compile()
         self.tokenizer = tokenizer
         self.skip_nonfinite = skip_nonfinite
         self._finite_watch = FiniteLossWatch()
@@ -129,18 +140,18 @@ class TranslationModule(pl.LightningModule):
     def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
         return self.model(src, tgt)
 
-    def _shared_step(self, batch: Batch, stage: str) -> Tensor:
+    def _loss_sums(self, batch: Batch, stage: str) -> LossSums:
+        """The batch's loss sums: captured in training where it is, else eager, at real tokens only."""
+        if stage == "train" and self.captured is not None:
+            return self.captured(batch)
         model = self.model if stage == "train" else self.eval_model
         memory, src_mask = model.encode(batch.src)
         states = model.decode_states(batch.tgt_in, memory, src_mask)  # (B, T, D)
-        sums = sequence_loss(
-            states,
-            model.generator.weight,
-            batch.tgt_out,
-            self.optim_cfg.label_smoothing,
-            self.model.pad_id,
-            batch.tgt_real,
-        )
+        smoothing, pad_id = self.optim_cfg.label_smoothing, self.model.pad_id
+        return sequence_loss(states, model.generator.weight, batch.tgt_out, smoothing, pad_id, batch.tgt_real)
+
+    def _shared_step(self, batch: Batch, stage: str) -> Tensor:
+        sums = self._loss_sums(batch, stage)
         loss, nll = sums.loss / sums.tokens, sums.nll / sums.tokens
         on_step = stage == "train"
         metrics = {"loss": loss, "nll": nll, "ppl": nll.detach().exp(), "acc": sums.correct / sums.tokens}
@@ -179,6 +190,11 @@ class TranslationModule(pl.LightningModule):
     def on_train_batch_start(self, batch: Batch, batch_idx: int) -> None:
         if batch_idx == 0:
             self._step_started = time.perf_counter()
+
+    def on_train_batch_end(self, outputs: Any, batch: Batch, batch_idx: int) -> None:
+        line = self.captured.step_ended() if self.captured is not None else None
+        if line and self.trainer.is_global_zero:
+            log.info("%s", line)
 
     def validation_step(self, batch: Batch, batch_idx: int) -> None:
         self._shared_step(batch, "val")

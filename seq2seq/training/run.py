@@ -163,13 +163,12 @@ def _train_in(run_dir: Path, run: RunConfig, start: LoadedModel | None) -> dict[
         tgt_vocab_size=datamodule.tokenizer.tgt_vocab_size,
         skip_nonfinite=run.skip_nonfinite,
         tokenizer=datamodule.tokenizer,
+        compile=run.compile,
     )
     if start is not None and run.ckpt_path is None:  # a resumed run gets its weights from ckpt_path
         load_weights(module, start)
     n_params = module.model.num_parameters()
     log.info("model: %.2fM parameters; run directory: %s", n_params / 1e6, run_dir)
-    if run.compile:
-        module.model.compile()  # in place, so checkpoint keys stay unchanged
     trainer = build_trainer(run, run_dir)
     try:
         trainer.fit(module, datamodule=datamodule, ckpt_path=run.ckpt_path)
