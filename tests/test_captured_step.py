@@ -21,12 +21,12 @@ from seq2seq.data.batching import Batch, collate
 from seq2seq.data.static_shapes import StaticShapes
 from seq2seq.data.tokenizer import PAD_ID
 from seq2seq.hardware import compile_blocker
+from seq2seq.launch.start import start_run
 from seq2seq.model import Transformer
 from seq2seq.training import captured_step
 from seq2seq.training.captured_step import CapturedStep
 from seq2seq.training.loss import LossSums, sequence_loss
 from seq2seq.training.optimizers import adamw
-from seq2seq.training.run import train
 
 SHAPES = StaticShapes.of(max_length=20, max_tokens=128)
 
@@ -111,7 +111,7 @@ def test_a_run_with_compile_and_static_shapes_trains_through_the_captured_step(
     caplog.set_level(logging.INFO, logger="seq2seq.training.module")
     overrides = ("compile=true", "data.static_shapes=true", "trainer.max_epochs=-1", "trainer.max_steps=2")
     with torch._dynamo.config.patch(recompile_limit=torch._dynamo.config.recompile_limit):  # as it was after
-        metrics = train(tiny_run(tmp_path / "run", tmp_path / "cache", *overrides))
+        metrics = start_run(tiny_run(tmp_path / "run", tmp_path / "cache", *overrides))
     assert 1 <= counter.frame_count <= 2 and np.isfinite(metrics["train/loss"])
     compiled = [record.message for record in caplog.records if record.message.startswith("compiled the")]
     assert len(compiled) == counter.frame_count
