@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -110,10 +111,24 @@ def run_cli(capsys: pytest.CaptureFixture) -> Callable[..., tuple[int, list[str]
     return run
 
 
+def built_once(factory: pytest.TempPathFactory, name: str, build: Callable[[Path], Path]) -> Path:
+    """``build(directory)``'s file, built once per run: under pytest-xdist by the first worker that
+    asks, while the others wait on a lock and then read it (each worker is a session of its own)."""
+    worker_temp = factory.getbasetemp()
+    run_temp = worker_temp.parent if os.environ.get("PYTEST_XDIST_WORKER") else worker_temp
+    with (run_temp / f"{name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        directory, built = run_temp / name, run_temp / f"{name}.built"
+        if not built.exists():
+            directory.mkdir(exist_ok=True)  # a worker whose build failed may have left it
+            built.write_text(build(directory).name, encoding="utf-8")  # the mark once all is written
+        return directory / built.read_text(encoding="utf-8")
+
+
 @pytest.fixture(scope="session")
 def trained_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A checkpoint of the tiny model trained on ``fixtures/tiny.tsv`` (see ``trained.py``)."""
-    return train_tiny_checkpoint(tmp_path_factory.mktemp("trained"))
+    return built_once(tmp_path_factory, "trained", train_tiny_checkpoint)
 
 
 MEMORISED_PAIRS = 40
@@ -124,5 +139,10 @@ def memorised_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny model trained until it has learnt the fixture's first :data:`MEMORISED_PAIRS` pairs by
     heart (greedy BLEU about 99 on them): next-token margins as clear as a good model's, so that
     the rounding of bf16 moves scores but not translations."""
-    directory = tmp_path_factory.mktemp("memorised")
-    return train_tiny_checkpoint(directory, steps=200, batch_size=MEMORISED_PAIRS, pairs=MEMORISED_PAIRS)
+    return built_once(
+        tmp_path_factory,
+        "memorised",
+        lambda directory: train_tiny_checkpoint(
+            directory, steps=200, batch_size=MEMORISED_PAIRS, pairs=MEMORISED_PAIRS
+        ),
+    )
