@@ -33,15 +33,20 @@ PYTHON_WARNING_FILTERS = (
 )
 
 
-def python(*argv: str, cwd: Path = ROOT, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess:
+def python(
+    *argv: str, cwd: Path = ROOT, env: Mapping[str, str] | None = None, stderr_to_stdout: bool = False
+) -> subprocess.CompletedProcess:
     """``python ARGV`` (a script and its arguments, or ``-m MODULE ...``) run here as ``__main__``
-    in ``cwd`` with ``env`` (or this environment), its output captured; the exit status as Python
-    sets it (an uncaught exception: 1, its traceback on stderr). What the command changes of the
-    process (environment, cwd, argv, logging, threads) is put back after."""
-    out, err = io.StringIO(), io.StringIO()
+    in ``cwd`` with ``env`` (or this environment), its output captured (``stderr_to_stdout``: both
+    in ``stdout``, in the order written); the exit status as Python sets it (an uncaught exception:
+    1, its traceback on stderr). What the command changes of the process (environment, cwd, argv,
+    logging, threads) is put back after."""
+    out = io.StringIO()
+    err = out if stderr_to_stdout else io.StringIO()
     with _process_state(cwd, env), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = _run_as_main(list(argv))
-    return subprocess.CompletedProcess([sys.executable, *argv], code, out.getvalue(), err.getvalue())
+    stderr = None if stderr_to_stdout else err.getvalue()
+    return subprocess.CompletedProcess([sys.executable, *argv], code, out.getvalue(), stderr)
 
 
 def _run_as_main(argv: list[str]) -> int:
