@@ -59,13 +59,7 @@ def test_a_second_run_stops_at_once_naming_the_first_which_sigterm_stops_resumab
     try:
         wait_for_text(run_dir / "train.log", "] - step 2 |", first)
         hydra_config = (run_dir / ".hydra" / "config.yaml").read_text()
-        second = subprocess.run(
-            train_py(tmp_path, f"hydra.run.dir={run_dir}", "seed=7", "optim.lr=0.01"),
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        second = python(*train_py(tmp_path, f"hydra.run.dir={run_dir}", "seed=7", "optim.lr=0.01")[1:])
         assert first.poll() is None  # still training, undisturbed
         first.send_signal(signal.SIGTERM)
         out, err = first.communicate(timeout=120)
