@@ -34,6 +34,26 @@ def pytest_configure(config: pytest.Config) -> None:
         torch.set_num_threads(threads)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist each worker's share of the tests starts with its share of the ``slow``
+    ones: ``--dist worksteal`` hands each worker an equal run of the collection and lets an idle
+    worker take over the end of another's, so the suite ends on short tests, not one long test
+    that keeps a worker busy while the others wait."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+    if workers < 2:
+        return
+    slow = [item for item in items if item.get_closest_marker("slow")]
+    fast = [item for item in items if not item.get_closest_marker("slow")]
+    ordered: list[pytest.Item] = []
+    for worker in range(workers):
+        share = (len(items) - len(ordered)) // (workers - worker)  # as worksteal splits the collection
+        own = slow[worker::workers]
+        taken = max(0, share - len(own))
+        ordered += own + fast[:taken]
+        fast = fast[taken:]
+    items[:] = ordered + fast
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--as-cpu",
