@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -31,6 +32,26 @@ def pytest_configure(config: pytest.Config) -> None:
         threads = threads_each(workers)
         os.environ["OMP_NUM_THREADS"] = str(threads)
         torch.set_num_threads(threads)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist each worker's share of the tests starts with its share of the ``slow``
+    ones: ``--dist worksteal`` hands each worker an equal run of the collection and lets an idle
+    worker take over the end of another's, so the suite ends on short tests, not one long test
+    that keeps a worker busy while the others wait."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+    if workers < 2:
+        return
+    slow = [item for item in items if item.get_closest_marker("slow")]
+    fast = [item for item in items if not item.get_closest_marker("slow")]
+    ordered: list[pytest.Item] = []
+    for worker in range(workers):
+        share = (len(items) - len(ordered)) // (workers - worker)  # as worksteal splits the collection
+        own = slow[worker::workers]
+        taken = max(0, share - len(own))
+        ordered += own + fast[:taken]
+        fast = fast[taken:]
+    items[:] = ordered + fast
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -110,10 +131,24 @@ def run_cli(capsys: pytest.CaptureFixture) -> Callable[..., tuple[int, list[str]
     return run
 
 
+def built_once(factory: pytest.TempPathFactory, name: str, build: Callable[[Path], Path]) -> Path:
+    """``build(directory)``'s file, built once per run: under pytest-xdist by the first worker that
+    asks, while the others wait on a lock and then read it (each worker is a session of its own)."""
+    worker_temp = factory.getbasetemp()
+    run_temp = worker_temp.parent if os.environ.get("PYTEST_XDIST_WORKER") else worker_temp
+    with (run_temp / f"{name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        directory, built = run_temp / name, run_temp / f"{name}.built"
+        if not built.exists():
+            directory.mkdir(exist_ok=True)  # a worker whose build failed may have left it
+            built.write_text(build(directory).name, encoding="utf-8")  # the mark once all is written
+        return directory / built.read_text(encoding="utf-8")
+
+
 @pytest.fixture(scope="session")
 def trained_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A checkpoint of the tiny model trained on ``fixtures/tiny.tsv`` (see ``trained.py``)."""
-    return train_tiny_checkpoint(tmp_path_factory.mktemp("trained"))
+    return built_once(tmp_path_factory, "trained", train_tiny_checkpoint)
 
 
 MEMORISED_PAIRS = 40
@@ -124,5 +159,10 @@ def memorised_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny model trained until it has learnt the fixture's first :data:`MEMORISED_PAIRS` pairs by
     heart (greedy BLEU about 99 on them): next-token margins as clear as a good model's, so that
     the rounding of bf16 moves scores but not translations."""
-    directory = tmp_path_factory.mktemp("memorised")
-    return train_tiny_checkpoint(directory, steps=200, batch_size=MEMORISED_PAIRS, pairs=MEMORISED_PAIRS)
+    return built_once(
+        tmp_path_factory,
+        "memorised",
+        lambda directory: train_tiny_checkpoint(
+            directory, steps=200, batch_size=MEMORISED_PAIRS, pairs=MEMORISED_PAIRS
+        ),
+    )

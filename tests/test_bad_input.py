@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 from compose import ROOT, tiny_run
+from in_process import python
 from tiny import CORPUS
 
 from seq2seq.config import ConfigError
@@ -117,7 +118,7 @@ def test_force_replaces_the_export_and_keeps_the_users_files(checkpoint: Path, t
         "--quantization",
         "float32",
     )
-    result = _command(*argv)
+    result = python(*argv)
     assert result.returncode == 0, result.stderr
     assert (out / "NOTES.md").read_text(encoding="utf-8") == "how I trained it\n"
     assert (out / "eval" / "hyp.txt").read_text(encoding="utf-8") == "hola\n"
@@ -167,7 +168,7 @@ def test_output_writes_through_a_symlink_and_keeps_the_files_mode(checkpoint: Pa
     real.chmod(0o604)
     link = tmp_path / "link.txt"
     link.symlink_to(real)
-    result = _command(
+    result = python(
         str(ROOT / "translate.py"), "--ckpt", str(checkpoint), "--device", "cpu", "-o", str(link), "Hi."
     )
     assert result.returncode == 0, result.stderr
@@ -206,7 +207,7 @@ def test_an_unwritable_metrics_file_fails_before_decoding(
 ) -> None:
     missing = tmp_path / "missing" / "dir" / "m.json"
     ok = tmp_path / "ok.txt"
-    result = _command(
+    result = python(
         str(ROOT / "translate.py"), "--ckpt", str(checkpoint), "--device", "cpu", "--eval", str(pairs),
         "--output", str(ok), "--metrics-out", str(missing),
     )  # fmt: skip
@@ -314,7 +315,7 @@ def test_train_py_refuses_a_bad_resume_checkpoint_and_leaves_its_directory_free(
     """The corrected command must not meet the failed one's run as 'an earlier run' to resume."""
     path, reason = _bad_checkpoint("truncated", checkpoint, tmp_path)
     run_dir = tmp_path / "run"
-    result = _command(
+    result = python(
         str(ROOT / "train.py"), "experiment=tiny", f"hydra.run.dir={run_dir}", f"ckpt_path={path}",
         f"data.cache_dir={tmp_path / 'cache'}",
     )  # fmt: skip
@@ -376,7 +377,7 @@ def test_an_unwritable_cache_is_one_line_from_the_data_build(tmp_path: Path, cap
 def test_an_unwritable_cache_is_one_line_from_train_py(tmp_path: Path) -> None:
     cache, line = _unwritable_cache(tmp_path)
     run_dir = tmp_path / "run"
-    result = _command(
+    result = python(
         str(ROOT / "train.py"), "experiment=tiny", f"hydra.run.dir={run_dir}", f"data.cache_dir={cache}"
     )
     assert result.returncode == 1 and "Traceback" not in result.stderr

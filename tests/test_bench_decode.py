@@ -2,15 +2,14 @@
 bench/decode_peer.py refuses to run without a checkpoint."""
 
 import subprocess
-import sys
 from pathlib import Path
 
 from compose import ROOT
+from in_process import python
 
 
 def run_bench(script: str, *args: str) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", f"bench.{script}", *args]
-    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    return python("-m", f"bench.{script}", *args)
 
 
 def test_a_model_against_itself_gains_nothing_and_each_search_gets_its_ratios(trained_ckpt: Path) -> None:

@@ -1,11 +1,9 @@
 """bench/length_penalty.py: the alpha is chosen on the validation split and checked on the test split."""
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from compose import ROOT
+from in_process import python
 
 from bench.length_penalty import study
 from bench.measure import decode_split
@@ -28,13 +26,7 @@ def test_the_alpha_with_the_best_validation_bleu_is_scored_on_test(trained_ckpt:
 
 @pytest.mark.slow
 def test_the_command_prints_its_ratio_line(trained_ckpt: Path) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "bench.length_penalty", "--ckpt", str(trained_ckpt), "--beam", "2"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    result = python("-m", "bench.length_penalty", "--ckpt", str(trained_ckpt), "--beam", "2")
     assert result.returncode == 0, result.stderr[-2000:]
     lines = result.stdout.splitlines()
     assert sum(line.startswith("valid  alpha ") for line in lines) == 10

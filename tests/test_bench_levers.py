@@ -2,25 +2,16 @@
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from compose import ROOT
+from in_process import python
 
 
 def run_levers(out: Path) -> subprocess.CompletedProcess:
-    command = [
-        sys.executable,
-        "-m",
-        "bench.levers",
-        "--lever",
-        "half_batch",
-        "fast=optim.lr=2e-3,optim.warmup_steps=10",
-    ]
-    command += ["--steps", "6"]
-    command += ["--experiment", "tiny", "--out", str(out), "--seeds", "1", "--parallel", "2"]
-    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    levers = ["--lever", "half_batch", "fast=optim.lr=2e-3,optim.warmup_steps=10", "--steps", "6"]
+    runs = ["--experiment", "tiny", "--out", str(out), "--seeds", "1", "--parallel", "2"]
+    return python("-m", "bench.levers", *levers, *runs)
 
 
 @pytest.mark.slow

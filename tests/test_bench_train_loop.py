@@ -3,19 +3,18 @@ recorded the same way for this tree and for the code at a git ref."""
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from compose import ROOT
+from in_process import python
 
 from bench.loop_run import without_other_code
 
 
 def record(out: Path, cache: Path, *extra: str) -> dict:
-    command = [sys.executable, "-m", "bench.train_loss_curve", "--out", str(out), "--steps", "4"]
-    command += [*extra, "--set", "experiment=tiny", f"data.cache_dir={cache}"]
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    command = ["-m", "bench.train_loss_curve", "--out", str(out), "--steps", "4"]
+    result = python(*command, *extra, "--set", "experiment=tiny", f"data.cache_dir={cache}")
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(out.read_text())
 

@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import re
 import shlex
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields
 from functools import cache
@@ -26,6 +24,7 @@ from functools import cache
 import pytest
 from compose import CONFIGS, ROOT
 from hydra.errors import HydraException
+from in_process import python
 
 from seq2seq.average import build_parser as average_parser
 from seq2seq.command_line import UsageError
@@ -219,9 +218,7 @@ def test_a_command_mentioned_in_prose_uses_only_its_flags(cmd: Command) -> None:
 @cache
 def script_flags(script: str) -> set[str]:
     """The options ``python SCRIPT --help`` lists."""
-    result = subprocess.run(
-        [sys.executable, *script.split(), "--help"], cwd=ROOT, capture_output=True, text=True, timeout=300
-    )
+    result = python(*script.split(), "--help")
     assert result.returncode == 0, result.stderr
     return flags(result.stdout)
 

@@ -26,9 +26,9 @@ from seq2seq.training.module import MODEL_PREFIX
 
 
 @pytest.fixture(scope="module")
-def exported(trained_ckpt: Path) -> dict[str, Path]:
+def exported(trained_ckpt: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The trained checkpoint exported in float32 and in int8."""
-    directory = trained_ckpt.parent / "exports"
+    directory = tmp_path_factory.mktemp("exports")
     return {q: export_checkpoint(trained_ckpt, directory / q, q, force=True) for q in ("float32", "int8")}
 
 

@@ -13,6 +13,7 @@ import pytest
 import pytorch_lightning as pl
 import torch
 from compose import ROOT, tiny_run
+from in_process import python
 
 from seq2seq.checkpoint import CheckpointError
 from seq2seq.command_line import INTERRUPTED
@@ -76,17 +77,21 @@ def test_resume_after_a_crash_matches_an_uninterrupted_run(tmp_path, epoch_fract
         torch.testing.assert_close(resumed["state_dict"][name], weight, msg=name)
 
 
+def _training(tmp_path: Path, *overrides: str) -> list[str]:
+    """``train.py``'s arguments for the tiny experiment with a checkpoint at every step."""
+    return [
+        "train.py",
+        "experiment=tiny",
+        "callbacks.checkpoint_every_n_steps=1",
+        f"data.cache_dir={tmp_path / 'cache'}",
+        f"hydra.run.dir={tmp_path / 'run'}",
+        *overrides,
+    ]
+
+
 def _start_training(tmp_path: Path, *overrides: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [
-            sys.executable,
-            "train.py",
-            "experiment=tiny",
-            "callbacks.checkpoint_every_n_steps=1",
-            f"data.cache_dir={tmp_path / 'cache'}",
-            f"hydra.run.dir={tmp_path / 'run'}",
-            *overrides,
-        ],
+        [sys.executable, *_training(tmp_path, *overrides)],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -120,9 +125,8 @@ def test_kill_9_then_resume_finishes_with_the_same_step_count(tmp_path):
     process.wait()
     state = torch.load(last, weights_only=True)  # atomic writes: never half a file
     assert state["global_step"] > 0
-    resume = _start_training(tmp_path, "trainer.max_epochs=6", f"ckpt_path={last}")
-    _, err = resume.communicate(timeout=300)
-    assert resume.returncode == 0, err[-2000:]
+    resume = python(*_training(tmp_path, "trainer.max_epochs=6", f"ckpt_path={last}"))
+    assert resume.returncode == 0, resume.stderr[-2000:]
     reference = tmp_path / "reference"
     start_run(tiny_run(reference, tmp_path / "cache", "trainer.max_epochs=6"))
     assert final_state(tmp_path / "run")["global_step"] == final_state(reference)["global_step"]

@@ -8,14 +8,13 @@ lacks. Fine-tuning on it must raise BLEU on its test split.
 from __future__ import annotations
 
 import shlex
-import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
 from compose import CONFIGS, ROOT, model_config, tiny_run
+from in_process import python
 from trained import train_tiny_checkpoint
 
 from seq2seq.checkpoint import load_model, read_checkpoint, stored_model_config
@@ -111,10 +110,9 @@ def test_a_model_or_tokenizer_that_differs_fails_in_one_line(
 
 
 def test_train_py_says_so_in_one_line(base: Path, tmp_path: Path) -> None:
-    result = subprocess.run(
-        [sys.executable, "train.py", "experiment=tiny", f"init_from={base}", "model.n_heads=4",
-         f"data.cache_dir={tmp_path / 'cache'}", f"hydra.run.dir={tmp_path / 'run'}"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    result = python(
+        "train.py", "experiment=tiny", f"init_from={base}", "model.n_heads=4",
+        f"data.cache_dir={tmp_path / 'cache'}", f"hydra.run.dir={tmp_path / 'run'}",
     )  # fmt: skip
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1] == (

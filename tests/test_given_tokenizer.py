@@ -4,14 +4,13 @@ the project's ids and checked, stored with the model, and one line for a file th
 from __future__ import annotations
 
 import io
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import sentencepiece
 import transformers
-from compose import ROOT, tiny_run
+from compose import tiny_run
+from in_process import python
 from tiny import CORPUS
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
@@ -120,19 +119,13 @@ def test_tokenizer_keys_are_checked_at_compose_time(
 def test_a_file_that_is_not_a_tokenizer_stops_train_py_in_one_line(tmp_path: Path) -> None:
     wrong = tmp_path / "spa.model"
     wrong.write_bytes(CORPUS.read_bytes())
-    result = subprocess.run(
-        [
-            sys.executable,
-            "train.py",
-            "experiment=tiny",
-            "data.tokenizer=sentencepiece",
-            f"data.tokenizer_file={wrong}",
-            f"data.cache_dir={tmp_path / 'cache'}",
-            f"hydra.run.dir={tmp_path / 'run'}",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
+    result = python(
+        "train.py",
+        "experiment=tiny",
+        "data.tokenizer=sentencepiece",
+        f"data.tokenizer_file={wrong}",
+        f"data.cache_dir={tmp_path / 'cache'}",
+        f"hydra.run.dir={tmp_path / 'run'}",
     )
     assert result.returncode != 0 and "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1] == (

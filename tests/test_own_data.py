@@ -4,11 +4,10 @@ the bundled corpus that ``train.py`` refuses in one line (naming the fix) and re
 from __future__ import annotations
 
 import gzip
-import subprocess
-import sys
 from pathlib import Path
 
 from compose import ROOT, tiny_run
+from in_process import python
 from tiny import CORPUS
 
 from seq2seq.checkpoint import load_model
@@ -39,18 +38,12 @@ def _latin1_tsv(tmp_path: Path) -> tuple[Path, list[str]]:
 def test_a_latin1_tsv_stops_train_py_in_one_line_and_reads_with_its_encoding(tmp_path: Path) -> None:
     path, lines = _latin1_tsv(tmp_path)
     run_dir = tmp_path / "run"
-    result = subprocess.run(
-        [
-            sys.executable,
-            "train.py",
-            "experiment=tiny",
-            f"data.path={path}",
-            f"data.cache_dir={tmp_path / 'cache'}",
-            f"hydra.run.dir={run_dir}",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
+    result = python(
+        "train.py",
+        "experiment=tiny",
+        f"data.path={path}",
+        f"data.cache_dir={tmp_path / 'cache'}",
+        f"hydra.run.dir={run_dir}",
     )
     accented = [number for number, line in enumerate(lines, 1) if not line.isascii()]
     assert result.returncode != 0 and "Traceback" not in result.stderr

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import logging
 import re
-import subprocess
-import sys
 
 import pytest
 import torch
-from compose import ROOT, tiny_run
+from compose import tiny_run
+from in_process import python
 from step_clock import step_clock
 
 from seq2seq.launch.start import start_run
@@ -71,26 +70,18 @@ def test_progress_lines_stay_off_only_a_console_marked_for_the_bar() -> None:
 
 
 def test_train_py_writing_to_a_file_shows_progress_and_validations_as_it_trains(tmp_path) -> None:
-    """``python train.py > log.txt``: stdout is no terminal, so the lines reach it, plain, one a line."""
-    log_file = tmp_path / "log.txt"
-    with log_file.open("w") as out:
-        result = subprocess.run(
-            [
-                sys.executable,
-                "train.py",
-                "experiment=tiny",
-                "trainer.max_epochs=1",
-                "callbacks.progress_every_n_steps=5",
-                "callbacks.progress_bar=true",
-                f"hydra.run.dir={tmp_path / 'run'}",
-                f"data.cache_dir={tmp_path / 'cache'}",
-            ],
-            cwd=ROOT,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            timeout=300,
-        )
-    text = log_file.read_text()
+    """``python train.py > log.txt 2>&1``: stdout is no terminal, so the lines reach it, plain, one a line."""
+    result = python(
+        "train.py",
+        "experiment=tiny",
+        "trainer.max_epochs=1",
+        "callbacks.progress_every_n_steps=5",
+        "callbacks.progress_bar=true",
+        f"hydra.run.dir={tmp_path / 'run'}",
+        f"data.cache_dir={tmp_path / 'cache'}",
+        stderr_to_stdout=True,
+    )
+    text = result.stdout
     assert result.returncode == 0, text[-3000:]
     assert progress_steps(text)[:2] == [5, 10]
     assert re.search(r"\]\[seq2seq\.training\.progress_log\]\[INFO\] - validation at step \d+: BLEU", text)

@@ -7,13 +7,13 @@ from __future__ import annotations
 import logging
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import pytorch_lightning as pl
 import torch
-from compose import CONFIGS, ROOT, compose_train, tiny_run
+from compose import CONFIGS, compose_train, tiny_run
+from in_process import python
 from omegaconf import DictConfig, OmegaConf
 from step_clock import step_clock
 
@@ -35,9 +35,7 @@ def check_overrides(argv: list[str], config_dir: Path) -> list[DictConfig]:
 
 
 def train_py(*argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "train.py", *argv], cwd=ROOT, capture_output=True, text=True, timeout=300
-    )
+    return python("train.py", *argv)
 
 
 def test_no_gpu_gets_the_cpu_recipe_and_the_line_says_what_it_set() -> None:

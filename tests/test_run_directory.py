@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 from compose import CONFIGS, ROOT, tiny_run
+from in_process import python
 
 from seq2seq.command_line import TERMINATED
 from seq2seq.config import ConfigError, validated_run
@@ -58,13 +59,7 @@ def test_a_second_run_stops_at_once_naming_the_first_which_sigterm_stops_resumab
     try:
         wait_for_text(run_dir / "train.log", "] - step 2 |", first)
         hydra_config = (run_dir / ".hydra" / "config.yaml").read_text()
-        second = subprocess.run(
-            train_py(tmp_path, f"hydra.run.dir={run_dir}", "seed=7", "optim.lr=0.01"),
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        second = python(*train_py(tmp_path, f"hydra.run.dir={run_dir}", "seed=7", "optim.lr=0.01")[1:])
         assert first.poll() is None  # still training, undisturbed
         first.send_signal(signal.SIGTERM)
         out, err = first.communicate(timeout=120)
@@ -137,9 +132,7 @@ def test_train_py_claims_the_directory_before_hydra_writes_there(tmp_path) -> No
     ``train.log``: a finished run's directory is refused without a file of the new run in it."""
     run_dir = tmp_path / "run"
     listing = finished_run(run_dir)
-    result = subprocess.run(
-        train_py(tmp_path, f"hydra.run.dir={run_dir}"), cwd=ROOT, capture_output=True, text=True, timeout=120
-    )
+    result = python(*train_py(tmp_path, f"hydra.run.dir={run_dir}")[1:])
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
         f"error: {run_dir} holds an earlier run (checkpoints): resume it with "
@@ -232,9 +225,7 @@ def test_trainer_limits_below_one_are_refused_and_minus_one_means_none(limit, va
     ],
 )
 def test_a_bad_value_is_one_line_before_any_run_directory(tmp_path, override, message) -> None:
-    result = subprocess.run(
-        train_py(tmp_path, override), cwd=tmp_path, capture_output=True, text=True, timeout=120
-    )
+    result = python(*train_py(tmp_path, override)[1:], cwd=tmp_path)
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [f"error: {message}"]
     assert not (tmp_path / "runs").exists()

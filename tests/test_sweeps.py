@@ -4,12 +4,12 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from compose import ROOT, compose_train
 from hydra import compose, initialize_config_dir
+from in_process import python
 from omegaconf import OmegaConf
 
 from seq2seq.launch.composing import CONFIG_NAME
@@ -17,21 +17,14 @@ from seq2seq.launch.composing import CONFIG_NAME
 
 def sweep(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
     """``train.py -m`` on the tiny experiment, a few steps per run, into ``tmp_path/sweep``."""
-    return subprocess.run(
-        [
-            sys.executable,
-            "train.py",
-            "-m",
-            *overrides,
-            "experiment=tiny",
-            "trainer.max_steps=4",
-            f"data.cache_dir={tmp_path / 'cache'}",
-            f"hydra.sweep.dir={tmp_path / 'sweep'}",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
+    return python(
+        "train.py",
+        "-m",
+        *overrides,
+        "experiment=tiny",
+        "trainer.max_steps=4",
+        f"data.cache_dir={tmp_path / 'cache'}",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
     )
 
 

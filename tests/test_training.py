@@ -1,12 +1,11 @@
 """End to end through the real Hydra config: train, validate with BLEU, checkpoint, resume, decode."""
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from compose import ROOT, ddp_training, tiny_run
+from compose import ddp_training, tiny_run
+from in_process import python
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from seq2seq.checkpoint import load_model, read_checkpoint
@@ -146,12 +145,7 @@ def test_invalid_override_fails_before_training(tmp_path, override, message):
 )
 def test_cli_bad_input_prints_one_line_and_leaves_no_run_directory(tmp_path, override, message):
     run_dir = tmp_path / "run"
-    result = subprocess.run(
-        [sys.executable, "train.py", "experiment=tiny", override, f"hydra.run.dir={run_dir}"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
+    result = python("train.py", "experiment=tiny", override, f"hydra.run.dir={run_dir}")
     assert result.returncode != 0
     assert result.stderr.strip().splitlines()[-1].startswith(message)
     assert "Traceback" not in result.stderr
@@ -173,21 +167,14 @@ def test_ddp_on_two_cpu_processes(tmp_path):
 
 @pytest.mark.slow
 def test_multirun_sweep_writes_one_run_directory_per_job(tmp_path):
-    result = subprocess.run(
-        [
-            sys.executable,
-            "train.py",
-            "--multirun",
-            "experiment=tiny",
-            "trainer.max_epochs=1",
-            "optim.lr=1e-3,3e-3",
-            f"data.cache_dir={tmp_path / 'cache'}",
-            f"hydra.sweep.dir={tmp_path / 'sweep'}",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    result = python(
+        "train.py",
+        "--multirun",
+        "experiment=tiny",
+        "trainer.max_epochs=1",
+        "optim.lr=1e-3,3e-3",
+        f"data.cache_dir={tmp_path / 'cache'}",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
     )
     assert result.returncode == 0, result.stderr[-3000:]
     for job, lr in enumerate(["0.001", "0.003"]):

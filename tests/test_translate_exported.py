@@ -16,9 +16,9 @@ SENTENCES = ["How are you?", "I like coffee.", "Where is the station?"]
 
 
 @pytest.fixture(scope="module")
-def exported(trained_ckpt: Path) -> Path:
+def exported(trained_ckpt: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The trained checkpoint exported with float32 weights: the same tokens as the checkpoint."""
-    return export_checkpoint(trained_ckpt, trained_ckpt.parent / "cli-export", "float32", force=True)
+    return export_checkpoint(trained_ckpt, tmp_path_factory.mktemp("cli-export"), "float32", force=True)
 
 
 def _run(capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, str, str]:
