@@ -15,6 +15,7 @@ import torch
 from compose import ROOT, tiny_run
 from in_process import python
 
+from seq2seq import run_directory
 from seq2seq.checkpoint import CheckpointError
 from seq2seq.command_line import INTERRUPTED
 from seq2seq.config import ConfigError, DataError
@@ -189,7 +190,7 @@ def test_missing_data_file_and_missing_checkpoint_are_clear(tmp_path):
 
 def test_disk_nearly_full_fails_before_training(tmp_path, monkeypatch):
     nearly_full = shutil.disk_usage(tmp_path)._replace(free=20 * 2**20)
-    monkeypatch.setattr(training.shutil, "disk_usage", lambda path: nearly_full)
+    monkeypatch.setattr(run_directory.shutil, "disk_usage", lambda path: nearly_full)
     with pytest.raises(ConfigError, match="has only 20 MiB free"):
         start_run(tiny_run(tmp_path / "run", tmp_path / "cache"))
     assert not (tmp_path / "run" / "checkpoints").exists()
