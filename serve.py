@@ -5,7 +5,7 @@ A thin wrapper: the logic lives in :mod:`seq2seq.serving.cli` (see ``--help``).
 
 import sys
 
-import seq2seq.threads  # noqa: F401  (first of ours, before torch loads: see its docstring)
+import seq2seq.machine.threads  # noqa: F401  (first of ours, before torch loads: see its docstring)
 
 # isort: split
 from seq2seq.serving.cli import main

@@ -2,8 +2,8 @@
 
 from pathlib import Path
 
-import seq2seq.threads  # first of ours, and nothing above loads torch: see its docstring
-import seq2seq.use_jemalloc  # noqa: F401  (restarts under jemalloc where installed, before torch loads)
+import seq2seq.machine.threads  # first of ours, and nothing above loads torch: see its docstring
+import seq2seq.machine.use_jemalloc  # noqa: F401  (restarts under jemalloc where installed, before torch loads)
 
 # isort: split
 from seq2seq.launch.start import main

@@ -1,2 +1,3 @@
-"""Measurements of the project, one per script, each run from the repository root as
-``python -m bench.NAME`` (docs/performance.md lists them); ``measure.py`` holds what they share."""
+"""Measurements of the project, each run from the repository root as ``python -m bench.FAMILY.NAME``
+(docs/performance.md lists them): one folder per family (``train``, ``decode``, ``data``, ``serve``),
+one measurement per script, and ``lib/`` for what they share."""

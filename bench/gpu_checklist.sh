@@ -2,9 +2,9 @@
 # The GPU checklist in one pass, for a machine lent for minutes, most wanted first: the default
 # `python train.py` (the GPU recipe) with GPU utilisation sampled each second, `translate.py --eval
 # test --beam 5` on its best checkpoint and the run's results record; then the test split decoded
-# in float32 and bfloat16 in one process (python -m bench.decode_dtypes), the training loop
-# profiled on the GPU (python -m bench.step_profile --device cuda), the training-step benchmarks, the
-# captured step (compile=true with data.static_shapes=true: python -m bench.train_step --capture, then
+# in float32 and bfloat16 in one process (python -m bench.decode.dtypes), the training loop
+# profiled on the GPU (python -m bench.train.step_profile --device cuda), the training-step benchmarks, the
+# captured step (compile=true with data.static_shapes=true: python -m bench.train.step --capture, then
 # the recipe trained that way for TRAIN_MINUTES, its compile time per batch shape in compile_times.txt),
 # and the tests (one pytest-xdist worker per core, as everywhere: tests/conftest.py gives each worker
 # its share of threads). Each step gets what is left of one deadline, so a slow step shortens the ones
@@ -77,17 +77,17 @@ EOF
 fi
 
 if [[ $parts == *" decode "* ]] && [[ -f $run_dir/checkpoints/best.ckpt ]]; then
-    step decode 150 "$python" -m bench.decode_dtypes --device cuda --ckpt "$run_dir/checkpoints/best.ckpt" \
+    step decode 150 "$python" -m bench.decode.dtypes --device cuda --ckpt "$run_dir/checkpoints/best.ckpt" \
         --decoders float32 bfloat16 --reps 3
 fi
-[[ $parts == *" profile "* ]] && step profile 120 "$python" -m bench.step_profile --device cuda \
+[[ $parts == *" profile "* ]] && step profile 120 "$python" -m bench.train.step_profile --device cuda \
     --warmup 40 --loop-steps 20
-[[ $parts == *" train_step "* ]] && step train_step 150 "$python" -m bench.train_step --device cuda \
+[[ $parts == *" train_step "* ]] && step train_step 150 "$python" -m bench.train.step --device cuda \
     --max-tokens 16384 --sizes base
-[[ $parts == *" train_step "* ]] && step train_step_lengths 90 "$python" -m bench.train_step_lengths \
+[[ $parts == *" train_step "* ]] && step train_step_lengths 90 "$python" -m bench.train.step_lengths \
     --device cuda --max-tokens 16384 --sizes base
 if [[ $parts == *" capture "* ]]; then
-    step train_step_captured 240 "$python" -m bench.train_step --device cuda --max-tokens 16384 --sizes base \
+    step train_step_captured 240 "$python" -m bench.train.step --device cuda --max-tokens 16384 --sizes base \
         --capture --batches 2
     if ((minutes > 0)); then
         rm -rf "$run_dir-captured"

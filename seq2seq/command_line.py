@@ -11,7 +11,7 @@ import os
 import sys
 from collections.abc import Callable
 
-from seq2seq.hardware import AUTO, INFERENCE_DTYPES
+from seq2seq.machine.hardware import AUTO, INFERENCE_DTYPES
 
 USAGE = 2  # exit code of bad arguments
 FAILED = 1  # of an expected failure (and of a reader that left)

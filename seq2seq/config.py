@@ -105,7 +105,7 @@ class ModelConfig:
 class DataConfig:
     """Where the parallel corpus comes from and how it becomes batches."""
 
-    path: Any = "data/spa-eng/spa.txt.gz"  # a corpus file, folder, or aligned text files (data/sources.py)
+    path: Any = "data/spa-eng/spa.txt.gz"  # a corpus file, folder, or aligned text files (data/readers/)
     columns: list[str] = field(default_factory=lambda: ["en", "es"])  # language of each column
     direction: str = "en-es"  # "<src>-<tgt>", both named in `columns`
     hub_dataset: str | None = None  # opt-in: HF hub dataset name (needs internet)

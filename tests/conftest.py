@@ -14,12 +14,12 @@ from cpu_classes import CPU_CLASSES, fake_cpu
 from tiny import BLEU, CORPUS, STEP, tiny_tokenizer
 from trained import train_tiny_checkpoint
 
-from seq2seq.checkpoint import save_atomically, seq2seq_entry
 from seq2seq.config import DataConfig, DecodeConfig, ModelConfig
-from seq2seq.hardware import threads_each
+from seq2seq.formats.checkpoint import save_atomically, seq2seq_entry
 from seq2seq.inference.backends import open_model
 from seq2seq.inference.cli import main
 from seq2seq.inference.translator import Translator
+from seq2seq.machine.hardware import threads_each
 from seq2seq.model import Transformer
 from seq2seq.training.module import MODEL_PREFIX
 

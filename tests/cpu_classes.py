@@ -12,7 +12,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from seq2seq import hardware
+from seq2seq.machine import hardware
 
 CPU_CLASSES = {  # name -> (flags, bf16 probe's speed-up, what `auto` then gives a CPU run, and inference)
     "bf16": (frozenset({"avx2", "avx512f", "avx512_bf16"}), 1.5, "bf16-mixed", torch.bfloat16),
@@ -21,7 +21,7 @@ CPU_CLASSES = {  # name -> (flags, bf16 probe's speed-up, what `auto` then gives
 
 
 def fake_cpu(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
-    """Make :func:`seq2seq.hardware.detect` and its bf16 probe answer as a CPU of class ``name``."""
+    """Make :func:`seq2seq.machine.hardware.detect` and its bf16 probe answer as a CPU of class ``name``."""
     flags, speedup, _, _ = CPU_CLASSES[name]
     real = hardware.detect()
     faked = replace(real, cpu=f"{real.cpu} (faked: {name} CPU)", flags=flags)

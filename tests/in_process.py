@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 from compose import ROOT
 
-from seq2seq.memory import CHOICE
+from seq2seq.machine.memory import CHOICE
 
 # A fresh interpreter's warning filters, where pytest's show more (every DeprecationWarning)
 PYTHON_WARNING_FILTERS = (
@@ -160,4 +160,4 @@ def _import_without_restart(module: str) -> None:
 
 # train.py's first import restarts the process under jemalloc on a CPU with native bf16, where it is
 # installed: that would replace this test process, so it is imported here once, with the restart off.
-_import_without_restart("seq2seq.use_jemalloc")
+_import_without_restart("seq2seq.machine.use_jemalloc")

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from seq2seq.data.shards import Store, write_manifest, write_shard
+from seq2seq.data.streamed.shards import Store, write_manifest, write_shard
 
 
 def _id_lists(rng: np.random.Generator, count: int, longest: int) -> pa.ListArray:

@@ -8,7 +8,7 @@ import statistics
 import pytest
 import torch
 
-from seq2seq.data.tokenizer import BOS_ID, token_labels
+from seq2seq.data.tokenizers.tokenizer import BOS_ID, token_labels
 from seq2seq.inference.alignment import align, save_heatmap
 from seq2seq.inference.attention_views import (
     AttentionKind,

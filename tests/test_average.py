@@ -1,5 +1,5 @@
-"""``callbacks.keep_last`` keeps the last validations' weights; ``python -m seq2seq.average`` averages
-them into a checkpoint that every command opens."""
+"""``callbacks.keep_last`` keeps the last validations' weights; ``python -m seq2seq.training.average``
+averages them into a checkpoint that every command opens."""
 
 from __future__ import annotations
 
@@ -10,17 +10,17 @@ import pytest
 import torch
 from compose import ROOT, tiny_run
 
-from seq2seq.average import average, main
-from seq2seq.checkpoint import (
+from seq2seq.export.__main__ import main as export_main
+from seq2seq.formats.checkpoint import (
     KEY,
     CheckpointError,
     load_model,
     read_checkpoint,
     weights,
 )
-from seq2seq.export.__main__ import main as export_main
 from seq2seq.launch.start import start_run
 from seq2seq.serving import cli as serve_cli
+from seq2seq.training.average import average, main
 from seq2seq.training.module import EMA_PREFIX, MODEL_PREFIX
 
 OLDEST = sorted((ROOT / "tests" / "fixtures").glob("checkpoint-*.ckpt"))[0]
@@ -99,7 +99,11 @@ def test_checkpoints_of_another_model_or_tokenizer_are_refused_in_one_line(
     ):
         assert main([ours, str(other), "--output", str(output)]) == 1
         err = capsys.readouterr().err
-        assert err.count("\n") == 1 and why in err and err.startswith("python -m seq2seq.average: error: ")
+        assert (
+            err.count("\n") == 1
+            and why in err
+            and err.startswith("python -m seq2seq.training.average: error: ")
+        )
     assert not output.exists()
 
 

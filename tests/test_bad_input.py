@@ -24,12 +24,12 @@ from tiny import CORPUS
 
 from seq2seq.config import ConfigError
 from seq2seq.data import inspect
-from seq2seq.data.build import main as build_main
+from seq2seq.data.streamed.build import main as build_main
 from seq2seq.export.__main__ import main as export_main
+from seq2seq.formats.run_directory import RunDirectory
 from seq2seq.inference import cli
 from seq2seq.inference.cli import main as translate_main
 from seq2seq.launch.start import start_run
-from seq2seq.run_directory import RunDirectory
 from seq2seq.serving.cli import main as serve_main
 
 

@@ -10,7 +10,7 @@ import torch
 
 from seq2seq.data.batching import collate, pack, pack_count, pair_lengths
 from seq2seq.data.sampler import TokenBudgetBatchSampler
-from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from seq2seq.data.tokenizers.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 MAX_TOKENS = 256
 

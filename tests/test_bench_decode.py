@@ -1,5 +1,5 @@
-"""bench/decode_models.py: two trained checkpoints decoded end to end, timed and scored side by side;
-bench/decode_peer.py refuses to run without a checkpoint."""
+"""bench/decode/models.py: two trained checkpoints decoded end to end, timed and scored side by side;
+bench/decode/peer.py refuses to run without a checkpoint."""
 
 import subprocess
 from pathlib import Path
@@ -9,12 +9,18 @@ from in_process import python
 
 
 def run_bench(script: str, *args: str) -> subprocess.CompletedProcess:
-    return python("-m", f"bench.{script}", *args)
+    return python("-m", script, *args)
 
 
 def test_a_model_against_itself_gains_nothing_and_each_search_gets_its_ratios(trained_ckpt: Path) -> None:
     result = run_bench(
-        "decode_models", "--ckpt", str(trained_ckpt), "--baseline-ckpt", str(trained_ckpt), "--reps", "1"
+        "bench.decode.models",
+        "--ckpt",
+        str(trained_ckpt),
+        "--baseline-ckpt",
+        str(trained_ckpt),
+        "--reps",
+        "1",
     )
     assert result.returncode == 0, result.stderr[-3000:]
     ratios = {
@@ -39,12 +45,12 @@ def test_a_model_against_itself_gains_nothing_and_each_search_gets_its_ratios(tr
 
 
 def test_two_models_without_a_baseline_are_refused_with_the_reason(trained_ckpt: Path) -> None:
-    result = run_bench("decode_models", "--ckpt", str(trained_ckpt))
+    result = run_bench("bench.decode.models", "--ckpt", str(trained_ckpt))
     assert result.returncode == 2
     assert "the following arguments are required: --baseline-ckpt" in result.stderr
 
 
 def test_a_peer_without_a_checkpoint_is_refused_with_the_reason() -> None:
-    result = run_bench("decode_peer", "--peer", str(ROOT))
+    result = run_bench("bench.decode.peer", "--peer", str(ROOT))
     assert result.returncode == 2
     assert "the following arguments are required: --ckpt" in result.stderr

@@ -1,14 +1,15 @@
-"""bench/length_penalty.py: the alpha is chosen on the validation split and checked on the test split."""
+"""bench/decode/length_penalty.py: the alpha is chosen on the validation split and checked on the test
+split."""
 
 from pathlib import Path
 
 import pytest
 from in_process import python
 
-from bench.length_penalty import study
-from bench.measure import decode_split
-from seq2seq.checkpoint import load_model
+from bench.decode.length_penalty import study
+from bench.lib.measure import decode_split
 from seq2seq.data import corpus
+from seq2seq.formats.checkpoint import load_model
 from seq2seq.inference.backends import open_model
 
 
@@ -26,7 +27,7 @@ def test_the_alpha_with_the_best_validation_bleu_is_scored_on_test(trained_ckpt:
 
 @pytest.mark.slow
 def test_the_command_prints_its_ratio_line(trained_ckpt: Path) -> None:
-    result = python("-m", "bench.length_penalty", "--ckpt", str(trained_ckpt), "--beam", "2")
+    result = python("-m", "bench.decode.length_penalty", "--ckpt", str(trained_ckpt), "--beam", "2")
     assert result.returncode == 0, result.stderr[-2000:]
     lines = result.stdout.splitlines()
     assert sum(line.startswith("valid  alpha ") for line in lines) == 10

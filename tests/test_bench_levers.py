@@ -1,4 +1,4 @@
-"""bench/levers.py on the tiny experiment: a lever trained next to the default, figures kept per run."""
+"""bench/train/levers.py on the tiny experiment: a lever trained next to the default, figures kept per run."""
 
 import json
 import subprocess
@@ -11,7 +11,7 @@ from in_process import python
 def run_levers(out: Path) -> subprocess.CompletedProcess:
     levers = ["--lever", "half_batch", "fast=optim.lr=2e-3,optim.warmup_steps=10", "--steps", "6"]
     runs = ["--experiment", "tiny", "--out", str(out), "--seeds", "1", "--parallel", "2"]
-    return python("-m", "bench.levers", *levers, *runs)
+    return python("-m", "bench.train.levers", *levers, *runs)
 
 
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""bench/loss_curves.py: the gap between two versions' loss curves against the spread of their seeds."""
+"""bench/train/loss_curves.py: the gap between two versions' loss curves against the spread of their seeds."""
 
 import json
 from pathlib import Path
@@ -20,7 +20,7 @@ def write_records(tmp_path: Path, offsets: dict[str, list[float]]) -> list[Path]
 
 
 def ratio_of(paths: list[Path]) -> float:
-    done = python("-m", "bench.loss_curves", *map(str, paths))
+    done = python("-m", "bench.train.loss_curves", *map(str, paths))
     assert done.returncode == 0, done.stderr
     name, value, _, target = done.stdout.splitlines()[-1].split()[1:]
     assert (name, target) == ("seed_spread_per_loss_gap", "1")
@@ -35,7 +35,7 @@ def test_versions_that_differ_less_than_their_seeds_pass(tmp_path: Path) -> None
 
 def test_the_same_seeds_largest_step_difference_is_printed(tmp_path: Path) -> None:
     records = write_records(tmp_path, {"old": [0.0, 0.2], "new": [0.0, 0.3]})
-    done = python("-m", "bench.loss_curves", *map(str, records))
+    done = python("-m", "bench.train.loss_curves", *map(str, records))
     assert "at the same seed: s1 0, s2 0.1" in done.stdout
 
 
@@ -47,5 +47,5 @@ def test_a_version_that_trains_worse_than_the_seed_spread_fails(tmp_path: Path) 
 
 def test_records_of_one_commit_only_are_refused(tmp_path: Path) -> None:
     paths = write_records(tmp_path, {"old": [0.0, 0.1, 0.2, 0.3]})
-    done = python("-m", "bench.loss_curves", *map(str, paths))
+    done = python("-m", "bench.train.loss_curves", *map(str, paths))
     assert done.returncode == 1 and "two records of one commit and two of another" in done.stderr

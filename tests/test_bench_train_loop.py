@@ -1,4 +1,4 @@
-"""bench/train_loss_curve.py on the tiny experiment: the real loop's per-step loss curve,
+"""bench/train/loss_curve.py on the tiny experiment: the real loop's per-step loss curve,
 recorded the same way for this tree and for the code at a git ref."""
 
 import json
@@ -9,11 +9,11 @@ import pytest
 from compose import ROOT
 from in_process import python
 
-from bench.loop_run import without_other_code
+from bench.lib.loop_run import without_other_code
 
 
 def record(out: Path, cache: Path, *extra: str) -> dict:
-    command = ["-m", "bench.train_loss_curve", "--out", str(out), "--steps", "4"]
+    command = ["-m", "bench.train.loss_curve", "--out", str(out), "--steps", "4"]
     result = python(*command, *extra, "--set", "experiment=tiny", f"data.cache_dir={cache}")
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(out.read_text())

@@ -15,13 +15,13 @@ from compose import tiny_run
 from tiny import CORPUS, tiny_tokenizer
 from torch._dynamo.testing import CompileCounterWithBackend
 
-from bench.step import static_batches as static_batches_of_the_bench
+from bench.lib.training_step import static_batches as static_batches_of_the_bench
 from seq2seq.config import ModelConfig
 from seq2seq.data.batching import Batch, collate
 from seq2seq.data.static_shapes import StaticShapes
-from seq2seq.data.tokenizer import PAD_ID
-from seq2seq.hardware import compile_blocker
+from seq2seq.data.tokenizers.tokenizer import PAD_ID
 from seq2seq.launch.start import start_run
+from seq2seq.machine.hardware import compile_blocker
 from seq2seq.model import Transformer
 from seq2seq.training import captured_step
 from seq2seq.training.captured_step import CapturedStep
@@ -136,7 +136,7 @@ def test_the_inductor_compiled_step_trains_as_eager_on_a_cpu(tiny_model_cfg: Mod
 
 
 def test_the_benchmarks_static_batches_have_the_runs_shapes() -> None:
-    """``bench.train_step --capture`` times batches as ``data.static_shapes`` makes them."""
+    """``bench.train.step --capture`` times batches as ``data.static_shapes`` makes them."""
     pairs = [line.split("\t") for line in CORPUS.read_text(encoding="utf-8").splitlines()]
     sources, targets = [source for source, _ in pairs], [target for _, target in pairs]
     batches = static_batches_of_the_bench((tiny_tokenizer(), sources, targets), 256, 4)

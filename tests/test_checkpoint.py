@@ -8,8 +8,14 @@ from pathlib import Path
 import torch
 from tiny import tiny_tokenizer
 
-from seq2seq.checkpoint import load_model, read_checkpoint, resume_state, save_atomically, seq2seq_entry
 from seq2seq.config import DataConfig, DecodeConfig, ModelConfig
+from seq2seq.formats.checkpoint import (
+    load_model,
+    read_checkpoint,
+    resume_state,
+    save_atomically,
+    seq2seq_entry,
+)
 from seq2seq.model import Transformer
 from seq2seq.training.module import EMA_PREFIX, MODEL_PREFIX
 

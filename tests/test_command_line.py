@@ -6,8 +6,8 @@ import pytest
 
 from seq2seq.command_line import UsageError, run_command
 from seq2seq.config import DataError
-from seq2seq.data.build import main as build_main
 from seq2seq.data.inspect import main as inspect_main
+from seq2seq.data.streamed.build import main as build_main
 
 
 def _raise(error: BaseException):

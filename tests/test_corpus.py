@@ -10,7 +10,7 @@ import pytest
 
 from seq2seq.config import DataConfig, DataError
 from seq2seq.data.corpus import load_corpus, load_splits, references
-from seq2seq.data.sources import resolve_path
+from seq2seq.data.readers.sources import resolve_path
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -1,4 +1,4 @@
-"""bench/decode_profile.py's grouping: each op's self time goes to the group that explains it."""
+"""bench/decode/profile.py's grouping: each op's self time goes to the group that explains it."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from bench.decode_profile import ENCODE, STEP, Profile, group_of
+from bench.decode.profile import ENCODE, STEP, Profile, group_of
 
 V = 8000
 

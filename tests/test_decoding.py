@@ -13,7 +13,7 @@ from tiny import CORPUS
 
 from seq2seq.config import DecodeConfig, ModelConfig
 from seq2seq.data.batching import pad_ids
-from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from seq2seq.data.tokenizers.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from seq2seq.decoding import Hypothesis, beam_search, generate, greedy_search
 from seq2seq.decoding.forced import forced_scores
 from seq2seq.inference.backends import open_model

@@ -13,8 +13,8 @@ from compose import ddp_training
 from pytorch_lightning.callbacks import Timer
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from seq2seq.checkpoint import read_checkpoint
 from seq2seq.config import ModelConfig
+from seq2seq.formats.checkpoint import read_checkpoint
 from seq2seq.inference.cli import main as translate_main
 from seq2seq.model import Transformer
 from seq2seq.training import budget

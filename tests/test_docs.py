@@ -5,9 +5,9 @@ Every shell command in README.md and docs/*.md, in a fenced block or an inline c
 (`` `optim.lr=1e-3` ``), has its config composed as ``train.py`` composes it, the hardware's recipe
 included, every job of a sweep; a training run must also pass the rules of ``seq2seq/config.py``,
 unless its paragraph shows the error it gets (`` `error: ...` ``), which must then be that error.
-A ``translate.py``, ``serve.py``, ``python -m seq2seq.export`` or ``python -m seq2seq.average``
+A ``translate.py``, ``serve.py``, ``python -m seq2seq.export`` or ``python -m seq2seq.training.average``
 command in a fenced block is parsed by that command's own parser; one in prose, often a fragment
-(``translate.py --eval``), and a ``python -m bench.<name>`` or ``python -m tools.docs.<name>``
+(``translate.py --eval``), and a ``python -m bench.<family>.<name>`` or ``python -m tools.docs.<name>``
 command may use only the flags its parser has (``--help`` for these scripts, which build their
 parsers in ``main``). Placeholders such as ``<run>``, ``N`` or ``$SLURM_NNODES`` stand for any
 value; ``[overrides]`` and ``...`` for nothing.
@@ -26,16 +26,16 @@ from compose import CONFIGS, ROOT
 from hydra.errors import HydraException
 from in_process import python
 
-from seq2seq.average import build_parser as average_parser
 from seq2seq.command_line import UsageError
 from seq2seq.config import ConfigError, RunConfig, validated_run
 from seq2seq.export.__main__ import build_parser as export_parser
 from seq2seq.inference.cli import build_parser as translate_parser
+from seq2seq.inference.shortlist import build_parser as shortlist_parser
 from seq2seq.launch.command_line import hydra_args, job_overrides
 from seq2seq.launch.composing import compose_run, explain
 from seq2seq.launch.recipe import choose_recipe
 from seq2seq.serving.cli import build_parser as serve_parser
-from seq2seq.shortlist import build_parser as shortlist_parser
+from seq2seq.training.average import build_parser as average_parser
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 SHELL_BLOCKS = {"", "bash", "sh", "shell", "console"}
@@ -45,13 +45,13 @@ PLACEHOLDER = re.compile(r"<[^<>]*>|\$\{?\w+\}?|…")  # <run>, <machine 0>, $SL
 CONFIG_HEADS = {*(f.name for f in fields(RunConfig)), "experiment", "hparams_search", "hydra"}
 ENTRY_POINTS = ("train.py", "translate.py", "serve.py")
 OVERRIDE = re.compile(r"\+{0,2}(\w+)(\.\w+)*=\S+")
-SCRIPT = re.compile(r"-m (bench|tools\.docs)\.\w+")  # its flags are those its --help lists
+SCRIPT = re.compile(r"-m (bench|tools\.docs)(\.\w+)+")  # its flags are those its --help lists
 PARSERS: dict[str, Callable] = {
     "translate.py": translate_parser,
     "serve.py": serve_parser,
     "-m seq2seq.export": export_parser,
-    "-m seq2seq.average": average_parser,
-    "-m seq2seq.shortlist": shortlist_parser,
+    "-m seq2seq.training.average": average_parser,
+    "-m seq2seq.inference.shortlist": shortlist_parser,
 }
 
 
@@ -142,11 +142,11 @@ def command(words: list[str], fenced: bool) -> tuple[str, list[str]] | None:
         words = words[next((i for i, w in enumerate(words) if w.endswith("train.py")), len(words)) :]
     elif words[:1] in (["python"], ["python3"]):
         words = words[1:]
-    if words[:2] == ["-m", "seq2seq.data.build"]:  # composes its overrides as train.py does
+    if words[:2] == ["-m", "seq2seq.data.streamed.build"]:  # composes its overrides as train.py does
         return "train.py", words[2:]
     if words[:1] == ["-m"] and " ".join(words[:2]) in PARSERS:  # python -m seq2seq.export, .average
         return " ".join(words[:2]), words[2:]
-    if words[:1] == ["-m"] and SCRIPT.fullmatch(" ".join(words[:2])):  # python -m bench.<name>, tools.docs
+    if words[:1] == ["-m"] and SCRIPT.fullmatch(" ".join(words[:2])):  # bench.<family>.<name>, tools.docs
         return " ".join(words[:2]), words[2:]
     if words and words[0] in ENTRY_POINTS:
         return words[0], words[1:]
@@ -178,7 +178,13 @@ COMMANDS = documented_commands()
 def test_the_pages_show_every_kind_of_command() -> None:
     """The parsing above finds what it is for (so a change of format cannot leave nothing to check)."""
     programs = {c.program for c in COMMANDS}
-    assert {"train.py", "translate.py", "serve.py", "-m seq2seq.export", "-m seq2seq.average"} <= programs
+    assert {
+        "train.py",
+        "translate.py",
+        "serve.py",
+        "-m seq2seq.export",
+        "-m seq2seq.training.average",
+    } <= programs
     assert any(p.startswith("-m bench.") for p in programs)
     assert any(p.startswith("-m tools.docs.") for p in programs)
     train = [c.args for c in COMMANDS if c.program == "train.py"]

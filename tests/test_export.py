@@ -11,15 +11,15 @@ from compose import model_config
 from tiny import CORPUS, tiny_tokenizer
 from torch import nn
 
-from seq2seq.checkpoint import load_model, seq2seq_entry
 from seq2seq.config import DataConfig, DecodeConfig, ModelConfig
-from seq2seq.data.tokenizer import BOS_ID, EOS_ID, TranslationTokenizer
+from seq2seq.data.tokenizers.tokenizer import BOS_ID, EOS_ID, TranslationTokenizer
 from seq2seq.decoding import Hypothesis
 from seq2seq.decoding.steps import length_penalty
 from seq2seq.export import __main__ as export_command
 from seq2seq.export.__main__ import main as export_main
 from seq2seq.export.to_ctranslate2 import build_spec, export_checkpoint
-from seq2seq.export_folder import ENGINES, ExportError
+from seq2seq.formats.checkpoint import load_model, seq2seq_entry
+from seq2seq.formats.export_folder import ENGINES, ExportError
 from seq2seq.inference.backends import BACKENDS, open_model
 from seq2seq.model import Transformer
 from seq2seq.training.module import MODEL_PREFIX

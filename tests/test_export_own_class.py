@@ -24,7 +24,7 @@ from transformers_parity import SOURCES, teacher_forced_logits, variant_checkpoi
 
 from seq2seq.config import ModelConfig
 from seq2seq.data.batching import pad_ids
-from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from seq2seq.data.tokenizers.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from seq2seq.decoding.steps import output_limits
 from seq2seq.export import to_transformers
 from seq2seq.export.__main__ import main as export_main

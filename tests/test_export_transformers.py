@@ -15,12 +15,12 @@ from compose import data_config
 from tiny import tiny_tokenizer
 from transformers_parity import SOURCES, teacher_forced_logits, variant_checkpoint
 
-from seq2seq.checkpoint import load_model, save_atomically, seq2seq_entry
 from seq2seq.config import DecodeConfig
-from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, TranslationTokenizer
+from seq2seq.data.tokenizers.tokenizer import BOS_ID, EOS_ID, PAD_ID, TranslationTokenizer
 from seq2seq.decoding.steps import output_limits
 from seq2seq.export.__main__ import main as export_main
 from seq2seq.export.to_transformers import export_to_transformers, residual_permutation
+from seq2seq.formats.checkpoint import load_model, save_atomically, seq2seq_entry
 from seq2seq.inference.backends import open_model
 from seq2seq.inference.cli import main as translate_main
 from seq2seq.inference.translator import Translator

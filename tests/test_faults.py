@@ -15,10 +15,10 @@ import torch
 from compose import ROOT, tiny_run
 from in_process import python
 
-from seq2seq import run_directory
-from seq2seq.checkpoint import CheckpointError
 from seq2seq.command_line import INTERRUPTED
 from seq2seq.config import ConfigError, DataError
+from seq2seq.formats import run_directory
+from seq2seq.formats.checkpoint import CheckpointError
 from seq2seq.launch.start import start_run
 from seq2seq.training import run as training
 from seq2seq.training.module import NonFiniteLossError

@@ -17,10 +17,10 @@ from compose import CONFIGS, ROOT, model_config, tiny_run
 from in_process import python
 from trained import train_tiny_checkpoint
 
-from seq2seq.checkpoint import load_model, read_checkpoint, stored_model_config
 from seq2seq.config import ConfigError, validated_run
 from seq2seq.data import corpus
-from seq2seq.data.tokenizer import TranslationTokenizer
+from seq2seq.data.tokenizers.tokenizer import TranslationTokenizer
+from seq2seq.formats.checkpoint import load_model, read_checkpoint, stored_model_config
 from seq2seq.inference.backends import open_model
 from seq2seq.inference.evaluation import evaluate
 from seq2seq.launch.command_line import hydra_args

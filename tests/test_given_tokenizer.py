@@ -14,14 +14,14 @@ from in_process import python
 from tiny import CORPUS
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from seq2seq.checkpoint import load_model
 from seq2seq.config import ConfigError
-from seq2seq.data.given_tokenizer import hugging_face_side
-from seq2seq.data.sentencepiece_model import SentencePieceSide
-from seq2seq.data.tokenizer import SPECIAL_TOKENS, TranslationTokenizer
+from seq2seq.data.tokenizers.given import hugging_face_side
+from seq2seq.data.tokenizers.sentencepiece_model import SentencePieceSide
+from seq2seq.data.tokenizers.tokenizer import SPECIAL_TOKENS, TranslationTokenizer
 from seq2seq.export.to_ctranslate2 import export_checkpoint
 from seq2seq.export.to_transformers import export_to_transformers
-from seq2seq.export_folder import ExportError
+from seq2seq.formats.checkpoint import load_model
+from seq2seq.formats.export_folder import ExportError
 from seq2seq.inference.backends import open_model
 from seq2seq.launch.start import start_run
 

@@ -16,11 +16,15 @@ import yaml
 from compose import ROOT, compose_train, tiny_run
 from cpu_classes import CPU_CLASSES, fake_cpu
 
-from seq2seq import hardware
 from seq2seq.config import DecodeConfig, ModelConfig, OptimConfig
-from seq2seq.cpu_flags import parse_cpuinfo
 from seq2seq.data.datamodule import TranslationDataModule
-from seq2seq.hardware import (
+from seq2seq.inference.backends import open_model
+from seq2seq.inference.cli import main as translate_main
+from seq2seq.inference.translator import Translator
+from seq2seq.launch.start import start_run
+from seq2seq.machine import hardware
+from seq2seq.machine.cpu_flags import parse_cpuinfo
+from seq2seq.machine.hardware import (
     DeviceError,
     Hardware,
     bf16_speedup,
@@ -35,10 +39,6 @@ from seq2seq.hardware import (
     speedup_of,
     threads_each,
 )
-from seq2seq.inference.backends import open_model
-from seq2seq.inference.cli import main as translate_main
-from seq2seq.inference.translator import Translator
-from seq2seq.launch.start import start_run
 from seq2seq.training.module import TranslationModule
 
 XEON = "processor\t: 0\nmodel name\t: Intel(R) Xeon(R) CPU @ 2.00GHz\nflags\t\t: fpu avx2 avx512f avx512bw\n"

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from seq2seq.checkpoint import load_model
-from seq2seq.hardware import DeviceError
+from seq2seq.formats.checkpoint import load_model
 from seq2seq.inference.cli import main
 from seq2seq.inference.translator import Translator
+from seq2seq.machine.hardware import DeviceError
 from seq2seq.model.int8 import INT8, Int8Linear
 
 

@@ -1,5 +1,5 @@
 """Launchers: torchrun on one machine and as two "nodes", the run directory every process of a
-launch agrees on, Hydra's files written once, and ``python -m bench.train_step --device cuda``
+launch agrees on, Hydra's files written once, and ``python -m bench.train.step --device cuda``
 without CUDA.
 
 The multi-process tests train the tiny experiment on CPU processes talking over gloo; SLURM and
@@ -98,7 +98,7 @@ def test_torchrun_without_a_shared_id_needs_an_explicit_run_dir():
 @pytest.mark.skipif(torch.cuda.is_available(), reason="refusal only where torch sees no CUDA GPU")
 def test_bench_on_cuda_without_a_gpu_says_so_in_one_line():
     result = subprocess.run(
-        [sys.executable, "-m", "bench.train_step", "--device", "cuda"],
+        [sys.executable, "-m", "bench.train.step", "--device", "cuda"],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -4,7 +4,7 @@ the CPU dropout's statistics."""
 import pytest
 import torch
 
-from seq2seq.data.tokenizer import PAD_ID
+from seq2seq.data.tokenizers.tokenizer import PAD_ID
 from seq2seq.model.dropout import Dropout
 from seq2seq.training import loss as loss_module
 from seq2seq.training.loss import fixed_sequence_loss, plain_sequence_loss, sequence_loss

@@ -13,7 +13,7 @@ import pytest
 
 from seq2seq.config import ConfigError, DataConfig, DataError, validated
 from seq2seq.data.corpus import load_corpus
-from seq2seq.data.malformed import guess_encoding
+from seq2seq.data.readers.malformed import guess_encoding
 
 PAIRS = [(f"Satz {i}: schön.", f"Phrase {i} : à côté « ici ».") for i in range(200)]
 

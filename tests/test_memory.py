@@ -9,9 +9,9 @@ from dataclasses import replace
 import pytest
 
 from seq2seq.config import DataConfig
-from seq2seq.cpu_flags import has_native_bf16
 from seq2seq.data.datamodule import TranslationDataModule
-from seq2seq.memory import CHOICE, allocator, jemalloc_library, preloaded_environment
+from seq2seq.machine.cpu_flags import has_native_bf16
+from seq2seq.machine.memory import CHOICE, allocator, jemalloc_library, preloaded_environment
 
 LIBRARY = "libjemalloc.so.2"
 
@@ -48,8 +48,8 @@ def test_an_unknown_choice_is_a_one_line_error() -> None:
 
 
 def _mapped_libraries(choice: str) -> str:
-    """The memory map of a process that imports ``seq2seq.use_jemalloc`` first, as train.py does."""
-    code = "import seq2seq.use_jemalloc; print(open('/proc/self/maps').read())"
+    """The memory map of a process that imports ``seq2seq.machine.use_jemalloc`` first, as train.py does."""
+    code = "import seq2seq.machine.use_jemalloc; print(open('/proc/self/maps').read())"
     env = {"PATH": "/usr/bin:/bin", CHOICE: choice}
     return subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True, timeout=60
@@ -82,7 +82,7 @@ def test_the_run_log_says_which_allocator_runs_and_why() -> None:
 
 _FREED_HEAP = """
 import ctypes
-from seq2seq.memory import hand_back_free_heap
+from seq2seq.machine.memory import hand_back_free_heap
 
 libc = ctypes.CDLL(None)
 libc.malloc.restype, libc.free.argtypes = ctypes.c_void_p, [ctypes.c_void_p]

@@ -4,7 +4,7 @@ import torch
 
 from seq2seq.config import DecodeConfig, ModelConfig
 from seq2seq.data.batching import pad_ids
-from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from seq2seq.data.tokenizers.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from seq2seq.decoding import generate
 from seq2seq.model import Transformer
 from seq2seq.training.loss import sequence_loss

@@ -10,9 +10,9 @@ from compose import ROOT, tiny_run
 from in_process import python
 from tiny import CORPUS
 
-from seq2seq.checkpoint import load_model
 from seq2seq.config import DataConfig
 from seq2seq.data.corpus import load_corpus
+from seq2seq.formats.checkpoint import load_model
 from seq2seq.launch.start import start_run
 
 

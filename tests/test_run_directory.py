@@ -21,10 +21,10 @@ from in_process import python
 
 from seq2seq.command_line import TERMINATED
 from seq2seq.config import ConfigError, validated_run
+from seq2seq.formats.run_directory import RunDirectory, RunDirectoryTaken, fresh_directory, holder
 from seq2seq.launch.composing import compose_run
 from seq2seq.launch.ranks import register_resolvers
 from seq2seq.launch.start import settle_directory, start_run
-from seq2seq.run_directory import RunDirectory, RunDirectoryTaken, fresh_directory, holder
 
 TINY = ("experiment=tiny", "trainer.max_epochs=1")
 

@@ -17,8 +17,8 @@ import torch
 from fastapi.testclient import TestClient
 from tiny import BLEU, STEP
 
-from seq2seq.checkpoint import load_model
-from seq2seq.data.tokenizer import BOS_ID, EOS_ID
+from seq2seq.data.tokenizers.tokenizer import BOS_ID, EOS_ID
+from seq2seq.formats.checkpoint import load_model
 from seq2seq.inference.backends import open_model
 from seq2seq.inference.translator import DEFAULT_BATCH_TOKENS, Translator
 from seq2seq.serving import cli

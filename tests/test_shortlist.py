@@ -11,16 +11,16 @@ import torch
 from conftest import MEMORISED_PAIRS
 from tiny import CORPUS
 
-from seq2seq.checkpoint import load_model
 from seq2seq.config import SPECIAL_IDS, DecodeConfig
 from seq2seq.data.batching import pad_ids
 from seq2seq.decoding import generate
 from seq2seq.decoding.shortlist import Shortlist, ShortlistError
+from seq2seq.formats.checkpoint import load_model
 from seq2seq.inference.cli import main as translate_main
 from seq2seq.inference.evaluation import score
+from seq2seq.inference.shortlist import fingerprint
+from seq2seq.inference.shortlist import main as shortlist_main
 from seq2seq.inference.translator import Translator
-from seq2seq.shortlist import fingerprint
-from seq2seq.shortlist import main as shortlist_main
 
 
 def hand_made(src_vocab: int, tgt_vocab: int, lists: dict[int, list[int]], frequent: list[int]) -> Shortlist:
@@ -95,7 +95,7 @@ def test_translate_uses_the_shortlist_beside_the_checkpoint_and_refuses_a_bad_on
     beside = tmp_path / "tiny.ckpt"
     beside.symlink_to(memorised_ckpt)
     assert translate_main(["--ckpt", str(beside), "--shortlist", "Hello."]) == 1
-    assert "build it with python -m seq2seq.shortlist" in capsys.readouterr().err
+    assert "build it with python -m seq2seq.inference.shortlist" in capsys.readouterr().err
     (tmp_path / "shortlist.npz").symlink_to(built)
     assert translate_main(["--ckpt", str(beside), "--shortlist", "--dtype", "int8", "Hello."]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 1

@@ -19,8 +19,8 @@ from seq2seq.data.batching import Batch, collate
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.data.sampler import TokenBudgetBatchSampler
 from seq2seq.data.static_shapes import GROWTH, StaticShapes, ladder
-from seq2seq.data.stream import StreamedBatchSampler
-from seq2seq.data.tokenizer import PAD_ID
+from seq2seq.data.streamed.batches import StreamedBatchSampler
+from seq2seq.data.tokenizers.tokenizer import PAD_ID
 from seq2seq.model import Transformer
 from seq2seq.training import captured_step
 from seq2seq.training.captured_step import CapturedStep

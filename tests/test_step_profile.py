@@ -1,4 +1,4 @@
-"""bench/step_profile.py's grouping: each op's self time goes to the group that explains it."""
+"""bench/train/step_profile.py's grouping: each op's self time goes to the group that explains it."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from bench.step_profile import MODEL, group_of
+from bench.train.step_profile import MODEL, group_of
 
 
 def event(*names: str) -> SimpleNamespace:

@@ -17,10 +17,10 @@ from tiny import CORPUS
 from torch.utils.data import DataLoader
 
 from seq2seq.config import DataConfig
-from seq2seq.data import build
 from seq2seq.data.datamodule import TranslationDataModule
-from seq2seq.data.shards import Store
-from seq2seq.data.stream import StreamedBatchSampler, StreamedPairs
+from seq2seq.data.streamed import build
+from seq2seq.data.streamed.batches import StreamedBatchSampler, StreamedPairs
+from seq2seq.data.streamed.shards import Store
 from seq2seq.inference.cli import _eval_set as eval_set
 
 MAX_TOKENS, MAX_LENGTH = 256, 64

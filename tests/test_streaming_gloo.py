@@ -18,8 +18,8 @@ from streamed_store import make_store
 from test_streaming import MAX_LENGTH, interleaved
 from torch.utils.data import DataLoader
 
-from seq2seq.data.shards import Store
-from seq2seq.data.stream import StreamedBatchSampler, StreamedPairs
+from seq2seq.data.streamed.batches import StreamedBatchSampler, StreamedPairs
+from seq2seq.data.streamed.shards import Store
 
 WORLD_SIZE, EPOCHS = 2, (0, 1)
 STORES = [  # (pairs, pairs per shard, pairs per block, token budget)

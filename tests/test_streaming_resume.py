@@ -14,7 +14,7 @@ from test_resume_world_size import STOP_AT, run_training
 from seq2seq.config import DataConfig, validated
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.data.sampler import BatchOrder
-from seq2seq.data.stream import StreamedBatchSampler
+from seq2seq.data.streamed.batches import StreamedBatchSampler
 
 STREAMING = ("data.streaming=true", "data.shard_pairs=50")
 

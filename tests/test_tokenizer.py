@@ -8,7 +8,14 @@ from pathlib import Path
 import pytest
 
 from seq2seq.config import ModelConfig
-from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID, TranslationTokenizer
+from seq2seq.data.tokenizers.tokenizer import (
+    BOS_ID,
+    EOS_ID,
+    PAD_ID,
+    SPECIAL_TOKENS,
+    UNK_ID,
+    TranslationTokenizer,
+)
 from seq2seq.model import Transformer
 
 TINY = Path(__file__).parent / "fixtures" / "tiny.tsv"

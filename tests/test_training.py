@@ -8,8 +8,8 @@ from compose import ddp_training, tiny_run
 from in_process import python
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from seq2seq.checkpoint import load_model, read_checkpoint
 from seq2seq.config import ConfigError
+from seq2seq.formats.checkpoint import load_model, read_checkpoint
 from seq2seq.inference.backends import open_model
 from seq2seq.inference.cli import main as translate_main
 from seq2seq.launch.start import start_run

@@ -7,7 +7,7 @@ import logging
 import random
 from pathlib import Path
 
-from seq2seq.checkpoint import load_model
+from seq2seq.formats.checkpoint import load_model
 from seq2seq.inference import translator as translate_module
 from seq2seq.inference.backends import open_model
 from seq2seq.inference.translator import Translator

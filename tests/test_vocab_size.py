@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from tiny import CORPUS
 
-from seq2seq.data.tokenizer import TranslationTokenizer
-from seq2seq.data.vocab_size import CANDIDATES, MergeTree, lengths, suggest
+from seq2seq.data.tokenizers.tokenizer import TranslationTokenizer
+from seq2seq.data.tokenizers.vocab_size import CANDIDATES, MergeTree, lengths, suggest
 
 SMALL, LARGE = 400, 1200
 

@@ -16,10 +16,10 @@ import torch.nn.functional as F
 from compose import data_config, model_config
 from tiny import CORPUS, tiny_tokenizer
 
-from seq2seq.checkpoint import seq2seq_entry
 from seq2seq.config import DecodeConfig, ModelConfig
 from seq2seq.data.batching import pad_ids
-from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from seq2seq.data.tokenizers.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from seq2seq.formats.checkpoint import seq2seq_entry
 from seq2seq.model import Transformer
 from seq2seq.training.module import MODEL_PREFIX
 

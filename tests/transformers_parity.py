@@ -9,10 +9,10 @@ from pathlib import Path
 import torch
 from tiny import CORPUS
 
-from seq2seq.checkpoint import load_model, save_atomically, seq2seq_entry
 from seq2seq.config import DecodeConfig
 from seq2seq.data.batching import pad_ids
-from seq2seq.data.tokenizer import BOS_ID, PAD_ID
+from seq2seq.data.tokenizers.tokenizer import BOS_ID, PAD_ID
+from seq2seq.formats.checkpoint import load_model, save_atomically, seq2seq_entry
 from seq2seq.inference.translator import Translator
 from seq2seq.model import Transformer
 from seq2seq.training.module import MODEL_PREFIX

@@ -12,7 +12,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from seq2seq.data.tokenizers.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 
 class Batch(NamedTuple):

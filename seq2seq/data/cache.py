@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from seq2seq.config import DataError
-from seq2seq.memory import hand_back_free_heap
+from seq2seq.machine.memory import hand_back_free_heap
 
 log = logging.getLogger("seq2seq.data")
 

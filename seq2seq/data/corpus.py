@@ -1,9 +1,9 @@
 """Parallel corpus -> cleaned Arrow dataset with ``src``/``tgt`` columns, cached on disk.
 
-The corpus (any format of :mod:`seq2seq.data.sources`, read by :mod:`seq2seq.data.readers`) is
-streamed into an Arrow file in record batches, so it is never held in Python lists; the result is
+The corpus (any format of :mod:`seq2seq.data.readers.sources`, read by :mod:`seq2seq.data.readers.registry`)
+is streamed into an Arrow file in record batches, so it is never held in Python lists; the result is
 memory-mapped. Malformed records are skipped and counted per cause; too many of them stop the
-run before training (:mod:`seq2seq.data.malformed`). The cache name hashes the files' bytes and
+run before training (:mod:`seq2seq.data.readers.malformed`). The cache name hashes the files' bytes and
 every option that changes what is read, so an edited corpus is re-read, and an unchanged one,
 wherever it was copied, loads from the cache. The split is cached too: three index arrays beside
 the corpus, so no text is stored twice.
@@ -26,10 +26,10 @@ import pyarrow as pa
 from datasets.table import MemoryMappedTable
 
 from seq2seq.config import DataConfig, DataError
-from seq2seq.data import malformed
 from seq2seq.data.cache import build_once, digest
-from seq2seq.data.readers import FORMATS, clean_pairs
-from seq2seq.data.sources import Source, locate
+from seq2seq.data.readers import malformed
+from seq2seq.data.readers.registry import FORMATS, clean_pairs
+from seq2seq.data.readers.sources import Source, locate
 
 _FORMAT_VERSION = 4  # bump when the cleaning rules or the cache layout change, to invalidate old caches
 _FEATURES = datasets.Features({"src": datasets.Value("string"), "tgt": datasets.Value("string")})

@@ -24,14 +24,15 @@ import pytorch_lightning as pl
 from torch.utils.data import DataLoader
 
 from seq2seq.config import DataConfig
-from seq2seq.data import batching, build, corpus, encoded
+from seq2seq.data import batching, corpus, encoded
 from seq2seq.data.batching import Batch, collate
 from seq2seq.data.cache import build_once, digest
-from seq2seq.data.given_tokenizer import read_given
 from seq2seq.data.sampler import BatchOrder, TokenBudgetBatchSampler
 from seq2seq.data.static_shapes import StaticShapes, static_collate
-from seq2seq.data.stream import StreamedBatchSampler, StreamedPairs
-from seq2seq.data.tokenizer import TranslationTokenizer, config_key
+from seq2seq.data.streamed import build
+from seq2seq.data.streamed.batches import StreamedBatchSampler, StreamedPairs
+from seq2seq.data.tokenizers.given import read_given
+from seq2seq.data.tokenizers.tokenizer import TranslationTokenizer, config_key
 
 log = logging.getLogger("seq2seq.data")
 

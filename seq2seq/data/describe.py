@@ -4,7 +4,7 @@ per side, the share over ``data.max_length``, duplicates, and a vocabulary size.
 The corpus is read exactly as training reads it (its cache, which training then reuses). Counts,
 characters and duplicates cover every pair (Arrow compute over the memory-mapped cache); token
 lengths and the vocabulary size come from a byte-level BPE trained and applied on an evenly spread
-sample (:mod:`seq2seq.data.vocab_size`), as training's own tokenizer does not exist yet.
+sample (:mod:`seq2seq.data.tokenizers.vocab_size`), as training's own tokenizer does not exist yet.
 """
 
 from __future__ import annotations
@@ -18,9 +18,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from seq2seq.config import DataConfig, DataError
-from seq2seq.data import corpus, malformed, vocab_size
+from seq2seq.data import corpus
 from seq2seq.data.batching import pair_lengths, too_long
-from seq2seq.data.tokenizer import TranslationTokenizer
+from seq2seq.data.readers import malformed
+from seq2seq.data.tokenizers import vocab_size
+from seq2seq.data.tokenizers.tokenizer import TranslationTokenizer
 
 SAMPLE_PAIRS = 20_000  # pairs the BPE learns from and encodes for token lengths
 _HASH_BATCH = 100_000  # pairs turned into Python strings at a time to hash them

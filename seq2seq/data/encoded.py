@@ -18,7 +18,7 @@ import pyarrow as pa
 from datasets.table import MemoryMappedTable
 
 from seq2seq.data.batching import pair_lengths
-from seq2seq.data.tokenizer import TranslationTokenizer
+from seq2seq.data.tokenizers.tokenizer import TranslationTokenizer
 
 log = logging.getLogger("seq2seq.data")
 

@@ -3,7 +3,7 @@
 :class:`TokenBudgetBatchSampler` deals token-budget batches (:func:`~seq2seq.data.batching.pack`)
 to the ranks; all its randomness derives from (seed, epoch), so every rank computes the same batch
 list without communicating. :class:`BatchOrder`, a Lightning callback, sets each epoch on it (or
-on :class:`~seq2seq.data.stream.StreamedBatchSampler`) and, after a resume, leaves out of the
+on :class:`~seq2seq.data.streamed.batches.StreamedBatchSampler`) and, after a resume, leaves out of the
 interrupted epoch the batches trained before, also with another number of processes, so that the
 resumed run ends as one never interrupted would. Lightning does neither for a custom batch sampler:
 it calls ``set_epoch`` only on a loader's ``sampler`` and ``batch_sampler.sampler``, and starts an
@@ -23,7 +23,7 @@ from torch.utils.data import Sampler
 
 from seq2seq.config import ConfigError
 from seq2seq.data.batching import Stop, pack
-from seq2seq.data.stream import StreamedBatchSampler
+from seq2seq.data.streamed.batches import StreamedBatchSampler
 
 RESUME_WARNING = "You're resuming from a checkpoint that ended before the epoch ended"
 

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from seq2seq.data.batching import Batch
-from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from seq2seq.data.tokenizers.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 GROWTH = 1.125  # each rung at most this much longer than the last, rounded up: pads a pair by ~1/8 at most
 SHORTEST = 4  # the first rung: shorter pairs are rare, and a rung of their own adds a shape for nothing

@@ -5,7 +5,7 @@ pairs (ranked by the Dice coefficient, so that "de" and "la" do not fill every l
 the union of its source types' lists, the most frequent target types, the special tokens and, with
 a shared vocabulary, the source types themselves (names and numbers are copied). The search then
 projects onto those C types only (:class:`~seq2seq.decoding.steps.CachedSteps`). Built by
-``python -m seq2seq.shortlist``; this module owns the file (:meth:`Shortlist.save`, :meth:`load`).
+``python -m seq2seq.inference.shortlist``; this module owns the file (:meth:`Shortlist.save`, :meth:`load`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from seq2seq.config import SpecialIds
 
 FILE_NAME = "shortlist.npz"  # beside the checkpoints it was built for
 FORMAT_VERSION = 1
-HOW_TO_BUILD = "build it with python -m seq2seq.shortlist --ckpt CKPT"
+HOW_TO_BUILD = "build it with python -m seq2seq.inference.shortlist --ckpt CKPT"
 
 
 class ShortlistError(ValueError):

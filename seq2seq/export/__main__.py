@@ -13,11 +13,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from seq2seq.checkpoint import CheckpointError
 from seq2seq.command_line import OneLineParser, UsageError, run_command
 from seq2seq.export.to_ctranslate2 import QUANTIZATIONS, export_checkpoint
 from seq2seq.export.to_transformers import export_to_transformers
-from seq2seq.export_folder import CTRANSLATE2, TRANSFORMERS, ExportError
+from seq2seq.formats.checkpoint import CheckpointError
+from seq2seq.formats.export_folder import CTRANSLATE2, TRANSFORMERS, ExportError
 
 PROG = "python -m seq2seq.export"
 
@@ -30,7 +30,7 @@ class Exporter:
     weight_types: tuple[str, ...]  # what --quantization may choose, the default first; one: no choice
 
 
-# --to name (an engine of seq2seq.export_folder.ENGINES) -> its exporter
+# --to name (an engine of seq2seq.formats.export_folder.ENGINES) -> its exporter
 EXPORTERS = {
     CTRANSLATE2: Exporter(export_checkpoint, QUANTIZATIONS),
     TRANSFORMERS: Exporter(

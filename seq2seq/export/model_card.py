@@ -15,10 +15,10 @@ from pathlib import Path
 
 import torch
 
-from seq2seq.checkpoint import LoadedModel, read_checkpoint
 from seq2seq.config import ACTIVATIONS, BPE, HUGGING_FACE, ConfigError, DataError
 from seq2seq.data import corpus
 from seq2seq.export.transformers_class import Choice
+from seq2seq.formats.checkpoint import LoadedModel, read_checkpoint
 from seq2seq.inference.evaluation import evaluate
 from seq2seq.inference.translator import Translator
 

@@ -26,10 +26,16 @@ import numpy as np
 from ctranslate2.specs import attention_spec, common_spec, transformer_spec
 from torch import Tensor, nn
 
-from seq2seq.checkpoint import LoadedModel, load_model
 from seq2seq.config import GELU, RELU, SWIGLU
-from seq2seq.data.tokenizer import BOS_ID, EOS_ID, SPECIAL_TOKENS, UNK_ID, TranslationTokenizer
-from seq2seq.export_folder import CTRANSLATE2, ExportError, check_export_target, save_bundle, staged_directory
+from seq2seq.data.tokenizers.tokenizer import BOS_ID, EOS_ID, SPECIAL_TOKENS, UNK_ID, TranslationTokenizer
+from seq2seq.formats.checkpoint import LoadedModel, load_model
+from seq2seq.formats.export_folder import (
+    CTRANSLATE2,
+    ExportError,
+    check_export_target,
+    save_bundle,
+    staged_directory,
+)
 from seq2seq.model import Transformer
 
 QUANTIZATIONS = ("int8", "int8_float32", "float32", "float16", "bfloat16")  # weight types on export

@@ -30,12 +30,19 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from seq2seq.checkpoint import LoadedModel, load_model
 from seq2seq.config import SENTENCEPIECE, ModelConfig
-from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID, TranslationTokenizer
+from seq2seq.data.tokenizers.tokenizer import (
+    BOS_ID,
+    EOS_ID,
+    PAD_ID,
+    SPECIAL_TOKENS,
+    UNK_ID,
+    TranslationTokenizer,
+)
 from seq2seq.export.model_card import model_card
 from seq2seq.export.transformers_class import choose_class
-from seq2seq.export_folder import (
+from seq2seq.formats.checkpoint import LoadedModel, load_model
+from seq2seq.formats.export_folder import (
     TRANSFORMERS,
     ExportError,
     check_export_target,

@@ -18,7 +18,13 @@ import torch
 from torch import Tensor
 
 from seq2seq.config import DecodeConfig
-from seq2seq.data.tokenizer import BOS_ID, EOS_ID, SPECIAL_TOKENS, TranslationTokenizer, token_labels
+from seq2seq.data.tokenizers.tokenizer import (
+    BOS_ID,
+    EOS_ID,
+    SPECIAL_TOKENS,
+    TranslationTokenizer,
+    token_labels,
+)
 from seq2seq.inference.translator import Translation, Translator, one_line
 from seq2seq.model import Transformer
 

@@ -2,7 +2,7 @@
 (``--model``): the translator of the engine that runs it, and the record of the model's facts.
 
 translate.py, serve.py, the benchmarks and the tests all open a model here, and each file is read
-once. A checkpoint runs on the PyTorch Transformer (:data:`seq2seq.checkpoint.PYTORCH`); an export
+once. A checkpoint runs on the PyTorch Transformer (:data:`seq2seq.formats.checkpoint.PYTORCH`); an export
 folder on the backend that :data:`BACKENDS` names for its engine. Each engine's library is imported
 only when its folder is opened.
 """
@@ -13,10 +13,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
-from seq2seq.checkpoint import ModelFacts, load_model
-from seq2seq.export_folder import CTRANSLATE2, TRANSFORMERS, load_bundle
-from seq2seq.hardware import AUTO, resolve_device, resolve_dtype
+from seq2seq.formats.checkpoint import ModelFacts, load_model
+from seq2seq.formats.export_folder import CTRANSLATE2, TRANSFORMERS, load_bundle
 from seq2seq.inference.translator import DEFAULT_BATCH_TOKENS, Translator, TranslatorBase
+from seq2seq.machine.hardware import AUTO, resolve_device, resolve_dtype
 
 EXPORT_COMPUTE = "the export's weight type"  # why an export computes in the number type it does
 
@@ -41,7 +41,7 @@ def _transformers(directory: Path, facts: ModelFacts, device: str, batch_tokens:
     return HFTranslator(directory, facts, device, batch_tokens)
 
 
-# engine of an export folder (seq2seq.export_folder.ENGINES) -> (folder, its facts, device, batch
+# engine of an export folder (seq2seq.formats.export_folder.ENGINES) -> (folder, its facts, device, batch
 # tokens) -> its translator
 BACKENDS: dict[str, Callable[[Path, ModelFacts, str, int], TranslatorBase]] = {
     CTRANSLATE2: _ctranslate2,
@@ -62,7 +62,7 @@ def open_model(
     ``batch_tokens`` defaults to a checkpoint's ``data.eval_max_tokens``, as in validation, and to
     :data:`DEFAULT_BATCH_TOKENS` for an export. ``dtype`` ("auto": chosen from the hardware like the
     training precision, or a name of ``INFERENCE_DTYPES``) applies to a checkpoint; an export computes
-    in its weight type. A bad folder is an :class:`~seq2seq.export_folder.ExportError`.
+    in its weight type. A bad folder is an :class:`~seq2seq.formats.export_folder.ExportError`.
     """
     if (ckpt is None) == (model is None):
         raise TypeError("open_model takes either ckpt or model")

@@ -27,7 +27,6 @@ from typing import TextIO
 
 from tqdm import tqdm
 
-from seq2seq.checkpoint import CheckpointError
 from seq2seq.command_line import (
     OneLineParser,
     UsageError,
@@ -37,13 +36,14 @@ from seq2seq.command_line import (
 )
 from seq2seq.config import ConfigError, DataConfig, DataError, DecodeConfig
 from seq2seq.decoding.shortlist import ShortlistError
-from seq2seq.export_folder import ExportError
-from seq2seq.hardware import DeviceError
+from seq2seq.formats.checkpoint import CheckpointError
+from seq2seq.formats.export_folder import ExportError
 from seq2seq.inference.alignment import AlignmentError, align, format_table, save_heatmap
 from seq2seq.inference.backends import open_model
 from seq2seq.inference.evaluation import evaluate, format_scores, read_eval_pairs
+from seq2seq.inference.shortlist import add_shortlist_argument, check_shortlist_argument, shortlist_of
 from seq2seq.inference.translator import Translation, Translator, TranslatorBase
-from seq2seq.shortlist import add_shortlist_argument, check_shortlist_argument, shortlist_of
+from seq2seq.machine.hardware import DeviceError
 
 PROG = "translate.py"
 EXAMPLES = f"""examples:
@@ -288,7 +288,8 @@ def _eval_set(spec: str, data_cfg: DataConfig) -> tuple[list[str], list[list[str
         raise DataError(f"--eval {spec}: not 'test', 'valid' or an existing file")
     try:
         if split:
-            from seq2seq.data import build, corpus  # datasets: seconds to import, only needed here
+            from seq2seq.data import corpus
+            from seq2seq.data.streamed import build  # datasets: seconds to import, only needed here
 
             # the same grouped split training validated on
             splits = build.held_out_text(data_cfg) if data_cfg.streaming else corpus.load_splits(data_cfg)[0]

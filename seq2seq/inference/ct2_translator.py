@@ -33,14 +33,14 @@ from pathlib import Path
 
 import ctranslate2
 
-from seq2seq.checkpoint import ModelFacts
 from seq2seq.config import DecodeConfig
 from seq2seq.data.batching import pad_ids
-from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS
+from seq2seq.data.tokenizers.tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS
 from seq2seq.decoding.steps import Hypothesis, length_penalty, output_limits, rows_by_limit
-from seq2seq.export_folder import ExportError
-from seq2seq.hardware import DeviceError, resolve_ct2_device
+from seq2seq.formats.checkpoint import ModelFacts
+from seq2seq.formats.export_folder import ExportError
 from seq2seq.inference.translator import TranslatorBase
+from seq2seq.machine.hardware import DeviceError, resolve_ct2_device
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ class CT2Translator(TranslatorBase):
         compute_type: str = "default",
         threads: int = 0,
     ) -> None:
-        """``facts``: the folder's, as :func:`seq2seq.export_folder.load_bundle` read them.
+        """``facts``: the folder's, as :func:`seq2seq.formats.export_folder.load_bundle` read them.
         ``compute_type`` "default" computes in the exported weight type where the device supports
         it; ``threads`` 0 lets CTranslate2 choose."""
         super().__init__(facts.tokenizer, facts.decode_config, facts.model_config.max_positions, batch_tokens)

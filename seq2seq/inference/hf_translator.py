@@ -21,21 +21,21 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from seq2seq.checkpoint import ModelFacts
 from seq2seq.config import DecodeConfig
 from seq2seq.data.batching import pad_ids
-from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from seq2seq.data.tokenizers.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from seq2seq.decoding.steps import Hypothesis, length_penalty, output_limits, rows_by_limit
-from seq2seq.export_folder import TRANSFORMERS, ExportError
-from seq2seq.hardware import resolve_device
+from seq2seq.formats.checkpoint import ModelFacts
+from seq2seq.formats.export_folder import TRANSFORMERS, ExportError
 from seq2seq.inference.translator import TranslatorBase
+from seq2seq.machine.hardware import resolve_device
 
 
 class HFTranslator(TranslatorBase):
     """A transformers export with the project's tokenizer and decoding settings."""
 
     def __init__(self, directory: str | Path, facts: ModelFacts, device: str, batch_tokens: int) -> None:
-        """``facts``: the folder's, as :func:`seq2seq.export_folder.load_bundle` read them."""
+        """``facts``: the folder's, as :func:`seq2seq.formats.export_folder.load_bundle` read them."""
         if facts.engine != TRANSFORMERS:
             raise ExportError(f"{directory} is a {facts.engine} export, not a transformers one")
         super().__init__(facts.tokenizer, facts.decode_config, facts.model_config.max_positions, batch_tokens)

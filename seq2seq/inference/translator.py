@@ -28,10 +28,10 @@ import torch
 
 from seq2seq.config import DataConfig, DecodeConfig
 from seq2seq.data.batching import pack, pad_ids
-from seq2seq.data.tokenizer import EOS_ID, TranslationTokenizer
+from seq2seq.data.tokenizers.tokenizer import EOS_ID, TranslationTokenizer
 from seq2seq.decoding import Hypothesis, generate
 from seq2seq.decoding.shortlist import Shortlist
-from seq2seq.hardware import DeviceError
+from seq2seq.machine.hardware import DeviceError
 from seq2seq.model import Transformer
 from seq2seq.model.int8 import INT8, quantize_decoder
 

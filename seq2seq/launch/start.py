@@ -30,9 +30,10 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
-from seq2seq.checkpoint import CheckpointError
 from seq2seq.command_line import INTERRUPTED, TERMINATED
 from seq2seq.config import ConfigError, DataError, validated_run
+from seq2seq.formats.checkpoint import CheckpointError
+from seq2seq.formats.run_directory import RunDirectory, fresh_directory, resumes
 from seq2seq.launch.command_line import hydra_args, insert_overrides, job_overrides, names_key, runs_a_job
 from seq2seq.launch.composing import CONFIG_NAME, compose_jobs
 from seq2seq.launch.ranks import (
@@ -45,7 +46,6 @@ from seq2seq.launch.ranks import (
     with_rank_overrides,
 )
 from seq2seq.launch.recipe import choose_recipe
-from seq2seq.run_directory import RunDirectory, fresh_directory, resumes
 from seq2seq.training.module import NonFiniteLossError
 from seq2seq.training.requeue import requeued_checkpoint
 from seq2seq.training.run import train

@@ -19,7 +19,6 @@ from collections.abc import Iterator
 
 import uvicorn
 
-from seq2seq.checkpoint import CheckpointError, ModelFacts
 from seq2seq.command_line import (
     OneLineParser,
     UsageError,
@@ -27,13 +26,14 @@ from seq2seq.command_line import (
     add_model_arguments,
     run_command,
 )
-from seq2seq.export_folder import ExportError
+from seq2seq.formats.checkpoint import CheckpointError, ModelFacts
+from seq2seq.formats.export_folder import ExportError
 from seq2seq.inference.backends import Opened, open_model
+from seq2seq.inference.shortlist import add_shortlist_argument, check_shortlist_argument, shortlist_of
 from seq2seq.inference.translator import DEFAULT_BATCH_TOKENS
 from seq2seq.serving.app import create_app
 from seq2seq.serving.batcher import DynamicBatcher
 from seq2seq.serving.service import DEFAULT_MAX_INPUT_CHARS, Limits, TranslationService
-from seq2seq.shortlist import add_shortlist_argument, check_shortlist_argument, shortlist_of
 
 PROG = "serve.py"
 GRACEFUL_TIMEOUT_S = 20  # with WORKER_STOP_S, the exit comes within 30 s of SIGTERM (Kubernetes' grace)

@@ -3,7 +3,7 @@
 Kept apart from the FastAPI wiring so the limits and the payloads read as plain Python. Every
 check raises :class:`InputError` with the HTTP status and a one-line message for the client.
 The model is a checkpoint or an export (CTranslate2, transformers): its
-:class:`~seq2seq.checkpoint.ModelFacts` is what the routes need to know of either; only a
+:class:`~seq2seq.formats.checkpoint.ModelFacts` is what the routes need to know of either; only a
 checkpoint's PyTorch model shows its attention.
 """
 
@@ -14,8 +14,8 @@ from dataclasses import asdict, dataclass
 
 from torch import Tensor
 
-from seq2seq.checkpoint import ModelFacts
 from seq2seq.config import ConfigError, DecodeConfig
+from seq2seq.formats.checkpoint import ModelFacts
 from seq2seq.inference.attention_views import AttentionKind, translate_with_attention
 from seq2seq.inference.translator import TranslatorBase
 from seq2seq.serving.batcher import DynamicBatcher

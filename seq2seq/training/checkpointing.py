@@ -16,13 +16,13 @@ import pytorch_lightning as pl
 from lightning_fabric.plugins import TorchCheckpointIO
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
-from seq2seq.checkpoint import save_atomically
+from seq2seq.formats.checkpoint import save_atomically
 
 log = logging.getLogger(__name__)
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """Lightning writes every checkpoint through :func:`~seq2seq.checkpoint.save_atomically`:
+    """Lightning writes every checkpoint through :func:`~seq2seq.formats.checkpoint.save_atomically`:
     a kill never leaves half a file, and a failed write keeps the previous checkpoint."""
 
     def save_checkpoint(

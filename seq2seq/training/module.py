@@ -1,7 +1,7 @@
 """The LightningModule: loss, logging and validation BLEU, trained with the optimizer and LR schedule
 of :mod:`seq2seq.training.optimizers`.
 
-Its configuration and tokenizer travel in the checkpoint's own entry (:mod:`seq2seq.checkpoint`),
+Its configuration and tokenizer travel in the checkpoint's own entry (:mod:`seq2seq.formats.checkpoint`),
 the one copy of them in the file: Lightning's copy of the hyperparameters is not saved.
 """
 
@@ -16,14 +16,14 @@ import pytorch_lightning as pl
 import torch
 from torch import Tensor
 
-from seq2seq.checkpoint import KEY, resume_state, seq2seq_entry
 from seq2seq.config import ConfigError, DataConfig, DecodeConfig, ModelConfig, OptimConfig
 from seq2seq.data.batching import Batch
 from seq2seq.data.static_shapes import StaticShapes
-from seq2seq.data.tokenizer import TranslationTokenizer
-from seq2seq.hardware import precision_dtype
+from seq2seq.data.tokenizers.tokenizer import TranslationTokenizer
+from seq2seq.formats.checkpoint import KEY, resume_state, seq2seq_entry
 from seq2seq.inference.evaluation import score
 from seq2seq.inference.translator import Translator
+from seq2seq.machine.hardware import precision_dtype
 from seq2seq.model import Transformer
 from seq2seq.training.budget import budget_spent
 from seq2seq.training.captured_step import CapturedStep

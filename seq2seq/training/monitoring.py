@@ -9,8 +9,7 @@ import pytorch_lightning as pl
 from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.utilities import rank_zero_only
 
-from seq2seq.data.tokenizer import EOS_ID, TranslationTokenizer
-from seq2seq.hardware import describe
+from seq2seq.data.tokenizers.tokenizer import EOS_ID, TranslationTokenizer
 from seq2seq.inference.attention_views import (
     AttentionKind,
     SentenceAttention,
@@ -18,6 +17,7 @@ from seq2seq.inference.attention_views import (
     heatmap_figure,
     sentence_attention,
 )
+from seq2seq.machine.hardware import describe
 
 
 def typical_sentence(tokenizer: TranslationTokenizer, sources: list[str]) -> int:

@@ -17,13 +17,13 @@ from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint, RichProg
 from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.utilities import rank_zero_only
 
-from seq2seq.checkpoint import LoadedModel
 from seq2seq.config import ConfigError, RunConfig
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.data.sampler import BatchOrder
-from seq2seq.hardware import compile_blocker, describe, device_type, resolve_precision
-from seq2seq.memory import allocator_in_use
-from seq2seq.run_directory import RunDirectory
+from seq2seq.formats.checkpoint import LoadedModel
+from seq2seq.formats.run_directory import RunDirectory
+from seq2seq.machine.hardware import compile_blocker, describe, device_type, resolve_precision
+from seq2seq.machine.memory import allocator_in_use
 from seq2seq.training.budget import Budget
 from seq2seq.training.checkpointing import AtomicCheckpointIO, InterruptBetweenBatches, SaveLast
 from seq2seq.training.final_validation import ValidateAtTheEnd
@@ -85,7 +85,7 @@ def build_trainer(run: RunConfig, run_dir: Path) -> pl.Trainer:
         RequeueOnSignal(),
     ]
     if callbacks_cfg.keep_last:
-        # Weights only, for averaging (python -m seq2seq.average); "step" always rises, so the top N
+        # Weights only, for averaging (python -m seq2seq.training.average); "step" always rises, so the top N
         # by step are the last N validations.
         callbacks.append(
             ModelCheckpoint(

@@ -11,8 +11,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from seq2seq.checkpoint import CheckpointError, LoadedModel, load_model, stored_model_config
 from seq2seq.config import ConfigError, RunConfig
+from seq2seq.formats.checkpoint import CheckpointError, LoadedModel, load_model, stored_model_config
 from seq2seq.training.module import TranslationModule
 
 log = logging.getLogger(__name__)

@@ -2,7 +2,7 @@
 
 Everything comes from files the run left behind: ``config.yaml`` (the resolved config, headed by the
 hardware and precision lines that ``seq2seq/training/run.py`` writes), ``.hydra/overrides.yaml``,
-the checkpoints' metadata (``seq2seq/checkpoint.py``: steps, best validation BLEU), the TensorBoard
+the checkpoints' metadata (``seq2seq/formats/checkpoint.py``: steps, best validation BLEU), the TensorBoard
 events (the median of ``train/tokens_per_s``, the validations) and, for test BLEU, the JSON that
 ``translate.py --eval test --metrics-out FILE`` writes. The commit is HEAD at record time, or null
 where the files differ from it.
@@ -19,8 +19,8 @@ from typing import Any
 import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from seq2seq.checkpoint import KEY, read_checkpoint
-from seq2seq.hardware import cpu_class
+from seq2seq.formats.checkpoint import KEY, read_checkpoint
+from seq2seq.machine.hardware import cpu_class
 
 ROOT = Path(__file__).resolve().parents[2]
 

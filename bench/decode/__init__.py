@@ -1,0 +1,1 @@
+"""Decoding measurements: KV cache, dtypes, shortlist, exports, Marian, peers, profile, wait policy."""

@@ -1,0 +1,1 @@
+"""What the benchmarks share: timings and records, the training step and loop, decoders, a corpus."""

@@ -1,0 +1,1 @@
+"""Serving measurements: the HTTP server under concurrent clients."""

@@ -1,0 +1,1 @@
+"""Training measurements: the step, precision, profile, the loop, loss curves, levers, memory."""

@@ -1,0 +1,1 @@
+"""The machine a command runs on: hardware and precision, CPU flags, OpenMP's wait, the allocator."""
