@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -22,6 +23,8 @@ from seq2seq.inference.translator import Translator
 from seq2seq.machine.hardware import threads_each
 from seq2seq.model import Transformer
 from seq2seq.training.module import MODEL_PREFIX
+
+FILES_SHOWN = 10  # the slowest test files, listed after the slowest tests
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -52,6 +55,22 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         ordered += own + fast[:taken]
         fast = fast[taken:]
     items[:] = ordered + fast
+
+
+@pytest.hookimpl(trylast=True)  # after --durations' slowest tests
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """With ``--durations``, the test files that took longest, their tests' phases added up: where a
+    run's time goes when it is spread over many short tests."""
+    if terminalreporter.config.option.durations is None:
+        return
+    seconds: Counter[str] = Counter()
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            if isinstance(report, pytest.TestReport):
+                seconds[report.nodeid.split("::")[0]] += report.duration
+    terminalreporter.write_sep("=", f"slowest {FILES_SHOWN} test files")
+    for path, total in seconds.most_common(FILES_SHOWN):
+        terminalreporter.write_line(f"{total:7.2f}s {path}")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

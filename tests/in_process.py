@@ -33,17 +33,15 @@ PYTHON_WARNING_FILTERS = (
 )
 
 
-def python(
-    *argv: str, cwd: Path = ROOT, env: Mapping[str, str] | None = None, stderr_to_stdout: bool = False
-) -> subprocess.CompletedProcess:
+def python(*argv: str, cwd: Path = ROOT, stderr_to_stdout: bool = False) -> subprocess.CompletedProcess:
     """``python ARGV`` (a script and its arguments, or ``-m MODULE ...``) run here as ``__main__``
-    in ``cwd`` with ``env`` (or this environment), its output captured (``stderr_to_stdout``: both
-    in ``stdout``, in the order written); the exit status as Python sets it (an uncaught exception:
-    1, its traceback on stderr). What the command changes of the process (environment, cwd, argv,
-    logging, threads) is put back after."""
+    in ``cwd``, its output captured (``stderr_to_stdout``: both in ``stdout``, in the order
+    written); the exit status as Python sets it (an uncaught exception: 1, its traceback on
+    stderr). What the command changes of the process (environment, cwd, argv, logging, threads) is
+    put back after."""
     out = io.StringIO()
     err = out if stderr_to_stdout else io.StringIO()
-    with _process_state(cwd, env), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    with _process_state(cwd), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = _run_as_main(list(argv))
     stderr = None if stderr_to_stdout else err.getvalue()
     return subprocess.CompletedProcess([sys.executable, *argv], code, out.getvalue(), stderr)
@@ -88,12 +86,10 @@ def _out_of_sys_modules(module: str) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _process_state(cwd: Path, env: Mapping[str, str] | None) -> Iterator[None]:
+def _process_state(cwd: Path) -> Iterator[None]:
     environ, argv, directory, threads = dict(os.environ), sys.argv, os.getcwd(), torch.get_num_threads()
     loggers = _logging_state()
     try:
-        if env is not None:
-            _set_environment(env)
         os.chdir(cwd)
         with warnings.catch_warnings():
             warnings.resetwarnings()
