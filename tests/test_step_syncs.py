@@ -16,6 +16,7 @@ import torch
 from compose import tiny_run
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from seq2seq.launch.start import start_run
 from seq2seq.training import run as training
 
 READS = {"_local_scalar_dense", "nonzero", "is_nonzero", "equal", "masked_select"}
@@ -78,5 +79,5 @@ def test_training_steps_read_no_device_value(tmp_path: Path, monkeypatch) -> Non
         "model.dropout=0.1",
         "optim.dropout_min_epochs=1",
     )
-    training.train(tiny_run(tmp_path / "run", tmp_path / "cache", *overrides))
+    start_run(tiny_run(tmp_path / "run", tmp_path / "cache", *overrides))
     assert watch.mode.reads == Counter()

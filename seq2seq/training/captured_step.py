@@ -25,14 +25,15 @@ class CapturedStep:
     """The loss sums of a training batch through ``model``, compiled at the batch's fixed shape.
 
     ``shapes``: how many batch shapes the run has (the ladder's rungs), each compiled once, so
-    dynamo's limit on recompiles of one function is raised to it for the process (patching it
-    around each call would cost the host more than a GPU step's launches). The loss is over fixed
+    dynamo's limit on recompiles of one function is raised by it for the process: every instance
+    compiles the same method, whose earlier instances' graphs count too (patching the limit around
+    each call would cost the host more than a GPU step's launches). The loss is over fixed
     positions and the token count is the batch's own: nothing in the graph depends on the ids' values.
     """
 
     def __init__(self, model: Transformer, smoothing: float, shapes: int) -> None:
         self.model, self.smoothing = model, smoothing
-        torch._dynamo.config.recompile_limit = max(shapes, torch._dynamo.config.recompile_limit)
+        torch._dynamo.config.recompile_limit += shapes
         self.compiled: Callable[[Tensor, Tensor, Tensor], tuple[Tensor, Tensor, Tensor]] | None = None
         self.seen: set[torch.Size] = set()
         self.first_step: tuple[torch.Size, float] | None = None  # a new shape's step: (shape, start)
