@@ -24,7 +24,7 @@ from seq2seq.launch.start import start_run
 from seq2seq.machine.hardware import compile_blocker
 from seq2seq.model import Transformer
 from seq2seq.training import captured_step
-from seq2seq.training.captured_step import CapturedStep, capture_blocker
+from seq2seq.training.captured_step import CapturedStep
 from seq2seq.training.loss import LossSums, sequence_loss
 from seq2seq.training.optimizers import adamw
 
@@ -68,20 +68,6 @@ def train_steps(
     return seen
 
 
-NEEDS_CAPTURE = pytest.mark.skipif(capture_blocker() is not None, reason=str(capture_blocker()))
-
-
-@pytest.mark.parametrize(
-    ("version", "blocked"), [("2.11.0+cu130", True), ("2.13.0+cpu", False), ("2.14.1", False)]
-)
-def test_a_torch_that_drops_the_losss_gradients_does_not_capture(
-    monkeypatch: pytest.MonkeyPatch, version: str, blocked: bool
-) -> None:
-    monkeypatch.setattr(torch, "__version__", version)
-    assert (capture_blocker() is not None) == blocked
-
-
-@NEEDS_CAPTURE
 def test_the_captured_step_compiles_once_per_shape_and_trains_as_eager(
     tiny_model_cfg: ModelConfig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -116,7 +102,6 @@ def test_the_captured_step_compiles_once_per_shape_and_trains_as_eager(
     assert lines[1].startswith(f"compiled the training step for batches of {rows} x {length} tokens in")
 
 
-@NEEDS_CAPTURE
 @pytest.mark.skipif(compile_blocker("cpu") is not None, reason="compile=true needs a C++ compiler")
 def test_a_run_with_compile_and_static_shapes_trains_through_the_captured_step(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
@@ -134,7 +119,6 @@ def test_a_run_with_compile_and_static_shapes_trains_through_the_captured_step(
 
 
 @pytest.mark.slow
-@NEEDS_CAPTURE
 @pytest.mark.skipif(compile_blocker("cpu") is not None, reason="inductor's CPU backend builds C++")
 def test_the_inductor_compiled_step_trains_as_eager_on_a_cpu(tiny_model_cfg: ModelConfig) -> None:
     """The path as a run takes it on a CPU: inductor's kernels, no CUDA graphs (a minute or more)."""

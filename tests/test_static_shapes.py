@@ -23,7 +23,7 @@ from seq2seq.data.streamed.batches import StreamedBatchSampler
 from seq2seq.data.tokenizers.tokenizer import PAD_ID
 from seq2seq.model import Transformer
 from seq2seq.training import captured_step
-from seq2seq.training.captured_step import CapturedStep, capture_blocker
+from seq2seq.training.captured_step import CapturedStep
 from seq2seq.training.loss import sequence_loss
 
 
@@ -97,7 +97,6 @@ def test_a_resumed_epoch_goes_on_with_the_batches_left(tiny_data_cfg: DataConfig
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(capture_blocker() is not None, reason=str(capture_blocker()))
 def test_a_compiled_step_compiles_once_per_shape(
     tiny_data_cfg: DataConfig, tiny_model_cfg: ModelConfig, monkeypatch: pytest.MonkeyPatch
 ) -> None:

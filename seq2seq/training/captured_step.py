@@ -19,16 +19,6 @@ from seq2seq.training.loss import LossSums, fixed_sequence_loss
 log = logging.getLogger(__name__)
 
 BACKEND = "inductor"  # torch.compile's; tests use "aot_eager", which builds no kernels
-MIN_TORCH = (2, 13)  # torch 2.11's compiled graph loses the gradients the loss writes in its forward
-
-
-def capture_blocker() -> str | None:
-    """Why this torch cannot capture the step, or None: the loss computes its gradients in place in
-    its forward pass, writes that torch 2.11's compiled graph drops (its weights get zero gradients)."""
-    version = tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2])
-    if version < MIN_TORCH:
-        return f"torch {torch.__version__} drops the loss's gradients in a compiled step; needs torch 2.13"
-    return None
 
 
 class CapturedStep:

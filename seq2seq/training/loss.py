@@ -53,10 +53,10 @@ class _ProjectedSmoothedCrossEntropy(torch.autograd.Function):
         ctx: Any, states: Tensor, weight: Tensor, target: Tensor, smoothing: float, keep: Tensor | None
     ) -> tuple[Tensor, Tensor, Tensor]:
         vocab, needs_grad = weight.size(0), any(ctx.needs_input_grad[:2])
-        loss, nll = (torch.zeros((), device=states.device) for _ in range(2))
-        correct = torch.zeros((), dtype=torch.long, device=states.device)
-        grad_states = torch.empty_like(states) if needs_grad else None  # (N, D)
-        grad_weight = torch.zeros_like(weight) if needs_grad else None  # (V, D)
+        loss, nll = (states.new_zeros((), dtype=torch.float) for _ in range(2))
+        correct = states.new_zeros((), dtype=torch.long)
+        state_grads: list[Tensor] = []  # (n, D) per chunk
+        grad_weight: Tensor | None = None  # (V, D), summed over the chunks
         for rows in _row_chunks(states.size(0), vocab, states.device):
             x, chunk_target = states[rows], target[rows, None]  # (n, D), (n, 1)
             logits = x @ weight.t()  # (n, V), in autocast's dtype where it is on
@@ -67,21 +67,26 @@ class _ProjectedSmoothedCrossEntropy(torch.autograd.Function):
             if keep is not None:
                 chunk_keep = keep[rows]  # (n,)
                 target_logp, mean_logp = target_logp.where(chunk_keep, 0.0), mean_logp.where(chunk_keep, 0.0)
-                hit &= chunk_keep
-            nll -= target_logp.sum()
-            loss -= (1.0 - smoothing) * target_logp.sum() + smoothing * mean_logp.sum()
-            correct += hit.sum()
+                hit = hit & chunk_keep
+            nll = nll - target_logp.sum()
+            loss = loss - ((1.0 - smoothing) * target_logp.sum() + smoothing * mean_logp.sum())
+            correct = correct + hit.sum()
             if needs_grad:  # d(loss)/d(logits) = softmax - (1 - ε)·onehot(target) - ε/V
                 grad = logp.exp_().sub_(smoothing / vocab)  # (n, V), in place of logp
-                grad.scatter_add_(1, chunk_target, grad.new_full(chunk_target.shape, smoothing - 1.0))
+                grad = grad.scatter_add(1, chunk_target, grad.new_full(chunk_target.shape, smoothing - 1.0))
                 if keep is not None:
-                    grad.masked_fill_(~chunk_keep[:, None], 0.0)
+                    grad = grad.where(chunk_keep[:, None], 0.0)
                 grad = grad.to(logits.dtype)  # once, for both matmuls
-                grad_states[rows] = grad @ weight  # (n, D)
-                if grad.dtype == grad_weight.dtype:
-                    grad_weight.addmm_(grad.t(), x)  # (V, D), accumulated in place
+                state_grads.append(grad @ weight)  # (n, D)
+                if grad_weight is None:
+                    grad_weight = (grad.t() @ x).to(weight.dtype)
+                elif grad.dtype == weight.dtype:
+                    grad_weight = grad_weight.addmm(grad.t(), x)
                 else:
-                    grad_weight += grad.t() @ x  # bf16 under autocast: one rounding per chunk
+                    grad_weight = grad_weight + grad.t() @ x  # bf16 under autocast: one rounding per chunk
+        if needs_grad and not state_grads:  # no rows
+            state_grads, grad_weight = [torch.zeros_like(states)], torch.zeros_like(weight)
+        grad_states = torch.cat(state_grads) if needs_grad else None  # (N, D)
         ctx.save_for_backward(grad_states, grad_weight)
         ctx.mark_non_differentiable(nll, correct)
         return loss, nll, correct

@@ -26,7 +26,7 @@ from seq2seq.inference.translator import Translator
 from seq2seq.machine.hardware import precision_dtype
 from seq2seq.model import Transformer
 from seq2seq.training.budget import budget_spent
-from seq2seq.training.captured_step import CapturedStep, capture_blocker
+from seq2seq.training.captured_step import CapturedStep
 from seq2seq.training.loss import LossSums, sequence_loss
 from seq2seq.training.optimizers import build_optimizer, fused_adamw_applies, lr_schedule
 from seq2seq.training.sharding import translate_sharded
@@ -115,13 +115,10 @@ class TranslationModule(pl.LightningModule):
         # compile=true: with static shapes, the training step's forward and loss, one graph per
         # shape; else each layer in place, for any shape (the parameters keep their names).
         self.captured: CapturedStep | None = None
-        blocker = capture_blocker() if compile and data.static_shapes else None
-        if compile and data.static_shapes and blocker is None:
+        if compile and data.static_shapes:
             rungs = StaticShapes.of(data.max_length, data.max_tokens).rungs
             self.captured = CapturedStep(self.model, optim.label_smoothing, len(rungs))
         elif compile:
-            if blocker is not None:
-                log.warning("compile: each layer, not the captured step (%s)", blocker)
             self.model.compile()
         self.tokenizer = tokenizer
         self.skip_nonfinite = skip_nonfinite
