@@ -3,27 +3,30 @@
 # `python train.py` (the GPU recipe) with GPU utilisation sampled each second, `translate.py --eval
 # test --beam 5` on its best checkpoint and the run's results record; then the test split decoded
 # in float32 and bfloat16 in one process (python -m bench.decode.dtypes), the training loop
-# profiled on the GPU (python -m bench.train.step_profile --device cuda), the training-step benchmarks, the
-# captured step (compile=true with data.static_shapes=true: python -m bench.train.step --capture, then
-# the recipe trained that way for TRAIN_MINUTES, its compile time per batch shape in compile_times.txt),
-# and the tests (one pytest-xdist worker per core, as everywhere: tests/conftest.py gives each worker
-# its share of threads). Each step gets what is left of one deadline, so a slow step shortens the ones
-# after it instead of losing them; every log lands in OUT_DIR.
+# profiled on the GPU (python -m bench.train.step_profile --device cuda), the training-step
+# benchmarks, the captured step (compile=true with data.static_shapes=true: python -m
+# bench.train.step --capture, with inductor's CUDA graphs and with CUDA graphs alone), the recipe
+# trained captured (part capture_train: dropout on from the start, so no shape compiles twice; the
+# compile time per batch shape in compile_times.txt), and the tests (one pytest-xdist worker per
+# core, as everywhere: tests/conftest.py gives each worker its share of threads). Each step gets
+# what is left of one deadline, so a slow step shortens the ones after it instead of losing them;
+# every log lands in OUT_DIR.
 #
 #   bash bench/gpu_checklist.sh OUT_DIR [TRAIN_MINUTES (15, the recipe's)] [DEADLINE_SECONDS (1500)]
 #
-# TRAIN_MINUTES 0 skips training and the steps that need its checkpoint, for a machine whose minutes
-# are better spent on the benchmarks and the tests. PARTS (default: all of
-# "train decode profile train_step capture tests") picks the parts, e.g. PARTS=tests for a second
-# command on the same machine; decode reuses the checkpoint of an earlier train in RUN_DIR when there
-# is one. PARTS=capture with TRAIN_MINUTES 3 and DEADLINE_SECONDS 570 fits one 10-minute command.
+# TRAIN_MINUTES 0 skips training and the steps that need its checkpoint, for a machine whose
+# minutes are better spent on the benchmarks and the tests. PARTS (default: all of "train decode
+# profile train_step capture capture_train tests") picks the parts, e.g. PARTS=tests for a second
+# command on the same machine; decode reuses the checkpoint of an earlier train in RUN_DIR when
+# there is one. PARTS="train decode profile capture" with TRAIN_MINUTES 3 and DEADLINE_SECONDS 540
+# fits one 10-minute command.
 set -u
 out=${1:?usage: bench/gpu_checklist.sh OUT_DIR [TRAIN_MINUTES] [DEADLINE_SECONDS]}
 minutes=${2:-15}
 deadline=$((SECONDS + ${3:-1500}))
 python=${PYTHON:-python3}
 run_dir=${RUN_DIR:-/tmp/gpu-checklist-run}
-parts=" ${PARTS:-train decode profile train_step capture tests} "
+parts=" ${PARTS:-train decode profile train_step capture capture_train tests} "
 mkdir -p "$out"
 
 left() { echo $((deadline - SECONDS)); }
@@ -87,16 +90,18 @@ fi
 [[ $parts == *" train_step "* ]] && step train_step_lengths 90 "$python" -m bench.train.step_lengths \
     --device cuda --max-tokens 16384 --sizes base
 if [[ $parts == *" capture "* ]]; then
-    step train_step_captured 240 "$python" -m bench.train.step --device cuda --max-tokens 16384 --sizes base \
-        --capture --batches 2
-    if ((minutes > 0)); then
-        rm -rf "$run_dir-captured"
-        step train_captured $((minutes * 60 + 150)) "$python" train.py \
-            "trainer.max_time=00:00:$(printf %02d "$minutes"):00" data.static_shapes=true compile=true \
-            "hydra.run.dir=$run_dir-captured"
-        grep -h "compiled the training step" "$run_dir-captured/train.log" | tee "$out/compile_times.txt"
-        cp "$run_dir-captured/train.log" "$out/train_captured_log.txt" 2>/dev/null
-    fi
+    for backend in inductor cudagraphs; do
+        step "train_step_captured_$backend" 150 "$python" -m bench.train.step --device cuda --max-tokens 16384 \
+            --sizes base --capture --capture-backend "$backend" --batches 2
+    done
+fi
+if [[ $parts == *" capture_train "* ]] && ((minutes > 0)); then
+    rm -rf "$run_dir-captured"
+    step train_captured $((minutes * 60 + 150)) "$python" train.py \
+        "trainer.max_time=00:00:$(printf %02d "$minutes"):00" data.static_shapes=true compile=true \
+        optim.dropout_min_epochs=0 "hydra.run.dir=$run_dir-captured"
+    grep -h "compiled the training step" "$run_dir-captured/train.log" | tee "$out/compile_times.txt"
+    cp "$run_dir-captured/train.log" "$out/train_captured_log.txt" 2>/dev/null
 fi
 [[ $parts == *" tests "* ]] && step tests 1200 "$python" -m pytest -p no:cacheprovider --continue-on-collection-errors
 echo "== done with $(left)s of the deadline left" | tee -a "$out/steps.txt"

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -237,11 +238,13 @@ def twins(name: str, args: argparse.Namespace, data: Data, dtype: torch.dtype) -
         "nn.Transformer": train_step_fn(peer, torch_loss, dtype),
     }
     if args.capture:
-        captured = CapturedStep(ours, 0.1, len(batches))
+        captured = CapturedStep(ours, 0.1, len(batches), args.capture_backend)
         steps["ours captured"] = train_step_fn(ours, captured_loss(captured), dtype)
-    for step in steps.values():
+    for label, step in steps.items():
+        started = time.perf_counter()
         for batch in 2 * batches if args.capture else batches[:2]:
             step(batch)
+        print(f"({name}) {label}: warmed up in {time.perf_counter() - started:.1f} s")
     return Twins(name, cfg, ours, peer, batches, tokens, flops, steps)
 
 
@@ -262,6 +265,9 @@ def add_step_arguments(
     compiled.add_argument("--compile", action="store_true", help="torch.compile the models")
     compiled.add_argument(
         "--capture", action="store_true", help="static batch shapes, and our step also timed captured"
+    )
+    parser.add_argument(
+        "--capture-backend", default="inductor", choices=["inductor", "cudagraphs"], help="torch.compile's"
     )
     parser.add_argument("--max-tokens", type=int, default=2500, help="tokens per side per batch")
     parser.add_argument("--batches", type=int, default=4, help="real batches per repetition")

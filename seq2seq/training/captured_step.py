@@ -29,10 +29,13 @@ class CapturedStep:
     compiles the same method, whose earlier instances' graphs count too (patching the limit around
     each call would cost the host more than a GPU step's launches). The loss is over fixed
     positions and the token count is the batch's own: nothing in the graph depends on the ids' values.
+    ``backend``: torch.compile's, :data:`BACKEND` unless given; ``"cudagraphs"`` records CUDA graphs
+    of the traced step without generating kernels (``python -m bench.train.step --capture`` times both).
     """
 
-    def __init__(self, model: Transformer, smoothing: float, shapes: int) -> None:
+    def __init__(self, model: Transformer, smoothing: float, shapes: int, backend: str | None = None) -> None:
         self.model, self.smoothing = model, smoothing
+        self.backend = BACKEND if backend is None else backend
         torch._dynamo.config.recompile_limit += shapes
         self.compiled: Callable[[Tensor, Tensor, Tensor], tuple[Tensor, Tensor, Tensor]] | None = None
         self.seen: set[torch.Size] = set()
@@ -48,9 +51,13 @@ class CapturedStep:
     def __call__(self, batch: Batch) -> LossSums:
         """The batch's :class:`LossSums`; the first batch of each shape compiles (seconds to minutes)."""
         if self.compiled is None:  # the mode follows the device the batches arrive on
-            mode = "reduce-overhead" if batch.src.is_cuda else None
+            graphs = batch.src.is_cuda and self.backend == "inductor"
             self.compiled = torch.compile(
-                self.sums, backend=BACKEND, mode=mode, dynamic=False, fullgraph=True
+                self.sums,
+                backend=self.backend,
+                mode="reduce-overhead" if graphs else None,
+                dynamic=False,
+                fullgraph=True,
             )
         if batch.src.shape not in self.seen:
             self.seen.add(batch.src.shape)
