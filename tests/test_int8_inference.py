@@ -6,8 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 from seq2seq.formats.checkpoint import load_model
+from seq2seq.inference.backends import open_model
 from seq2seq.inference.cli import main
 from seq2seq.inference.translator import Translator
 from seq2seq.machine.hardware import DeviceError
@@ -27,6 +29,13 @@ def test_int8_quantises_a_copy_of_the_decoder_and_leaves_the_model_given(memoris
     assert translator.compute == "PyTorch int8 weights, float32 activations"
     with pytest.raises(DeviceError, match="on a CPU only"):
         Translator(loaded.model, loaded.tokenizer, loaded.decode_config, device="cuda", dtype=INT8)
+
+
+def test_int8_decodes_on_the_cpu_when_the_device_is_auto_beside_a_gpu(
+    memorised_ckpt: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert open_model(memorised_ckpt, device="auto", dtype="int8").translator.device.type == "cpu"
 
 
 def test_translate_reports_int8(memorised_ckpt: Path, capsys) -> None:

@@ -16,7 +16,8 @@ from typing import NamedTuple
 from seq2seq.formats.checkpoint import ModelFacts, load_model
 from seq2seq.formats.export_folder import CTRANSLATE2, TRANSFORMERS, load_bundle
 from seq2seq.inference.translator import DEFAULT_BATCH_TOKENS, Translator, TranslatorBase
-from seq2seq.machine.hardware import AUTO, resolve_device, resolve_dtype
+from seq2seq.machine.hardware import AUTO, INFERENCE_DTYPES, resolve_device, resolve_dtype
+from seq2seq.model.int8 import INT8
 
 EXPORT_COMPUTE = "the export's weight type"  # why an export computes in the number type it does
 
@@ -74,7 +75,8 @@ def open_model(
 
 
 def _open_checkpoint(path: str | Path, device: str, batch_tokens: int | None, dtype: str) -> Opened:
-    target = resolve_device(device)
+    # int8 weights decode on a CPU only, so "auto" picks the CPU for them even beside a GPU
+    target = resolve_device("cpu" if device == AUTO and INFERENCE_DTYPES.get(dtype) is INT8 else device)
     loaded = load_model(path, map_location=target)
     compute, reason = resolve_dtype(dtype, loaded.model.cfg, target.type)
     batch_tokens = batch_tokens or loaded.data_config.eval_max_tokens
