@@ -77,22 +77,42 @@ def test_greedy_in_low_precision_keeps_every_translation_and_moves_scores_within
     assert score_gaps(bf16, fp32) != [0.0] * len(sources)  # so bf16 did run: its rounding shows
 
 
-@pytest.mark.parametrize("dtype", LOW_PRECISION)
-def test_beam_search_in_low_precision_changes_only_near_ties_of_float32(memorised_ckpt, memorised, dtype):
-    """Beam search ranks near-equal hypotheses, so rounding may swap a few (a BLEU bound would
-    count each swap as a wrong sentence). Each translation that changes is scored by the float32
-    model, forced to decode it, against float32's own best."""
-    sources, _ = memorised
-    fp32 = open_model(memorised_ckpt, device="cpu", dtype="float32").translator
-    low = open_model(memorised_ckpt, device="cpu", dtype=dtype).translator
+def beam_against_float32(
+    ckpt: Path, sources: list[str], dtype: str
+) -> tuple[Translator, list, list, list[int]]:
+    """The float32 translator, beam 5's best in ``dtype`` and in float32, and the sentences where
+    they agree, after checking how many agree and that their scores moved within bounds."""
+    fp32 = open_model(ckpt, device="cpu", dtype="float32").translator
+    low = open_model(ckpt, device="cpu", dtype=dtype).translator
     encoded, cfg = fp32.encode(sources), fp32.decode_cfg_with(beam=5, nbest=1)
     ours, theirs = ([nbest[0] for nbest in translator.search(encoded, cfg)] for translator in (low, fp32))
     same = [i for i, (a, b) in enumerate(zip(ours, theirs, strict=True)) if a.tokens == b.tokens]
     assert len(same) >= BEAM_SAME_SHARE * len(sources)
     assert max(abs(ours[i].score - theirs[i].score) for i in same) <= SCORE_BOUND
+    return fp32, ours, theirs, same
+
+
+def test_beam_search_in_bf16_changes_only_near_ties_of_float32(memorised_ckpt, memorised):
+    """Beam search ranks near-equal hypotheses, so rounding may swap a few (a BLEU bound would
+    count each swap as a wrong sentence). Each translation that changes is scored by the float32
+    model, forced to decode it, against float32's own best."""
+    sources, _ = memorised
+    fp32, ours, theirs, same = beam_against_float32(memorised_ckpt, sources, "bfloat16")
+    encoded, cfg = fp32.encode(sources), fp32.decode_cfg_with(beam=5, nbest=1)
     for i in set(range(len(sources))) - set(same):
         [in_fp32] = forced_scores(fp32.model, pad_ids([encoded[i]]), [ours[i].tokens], cfg)
         assert theirs[i].score - in_fp32 <= TIE_BOUND, sources[i]
+
+
+def test_beam_search_in_int8_keeps_most_translations_and_the_sentences_learnt(memorised_ckpt, memorised):
+    """int8's activations share one scale per call across a batch's rows and beams, so a row with
+    an outlier coarsens the others: a changed translation may be a worse one, not a near tie (on an
+    Intel Xeon with AMX, one of 38 changed to one float32 scores 2.49 below its best). Its loss is
+    bounded over the sentences instead."""
+    sources, references = memorised
+    beam_against_float32(memorised_ckpt, sources, "int8")
+    int8 = open_model(memorised_ckpt, device="cpu", dtype="int8").translator
+    assert score([t.text for t in best(int8, sources, beam=5)], references)["bleu"] > 90
 
 
 @pytest.mark.parametrize("dtype", LOW_PRECISION)
