@@ -9,7 +9,9 @@ order it happens:
 2. Hydra composes the config, makes the directory, writes ``.hydra/`` and the log, and calls
    :func:`run_job`.
 3. :func:`start_run`: the config validated into a :class:`~seq2seq.config.RunConfig`, the run
-   directory (a sweep's job claims its own), then :func:`seq2seq.training.run.train`.
+   directory (a sweep's job claims its own), this machine's choices settled
+   (:func:`~seq2seq.machine.hardware.settle_machine_choices`), then
+   :func:`seq2seq.training.run.train`.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from seq2seq.launch.ranks import (
     with_rank_overrides,
 )
 from seq2seq.launch.recipe import choose_recipe
+from seq2seq.machine.hardware import settle_machine_choices
 from seq2seq.training.module import NonFiniteLossError
 from seq2seq.training.requeue import requeued_checkpoint
 from seq2seq.training.run import train
@@ -154,7 +157,8 @@ def start_run(
         run_dir = RunDirectory.joined(path)
     try:
         run_dir.check_usable()
-        return train(replace(run, output_dir=str(path)), run_dir)  # config.yaml says where the run went
+        run, header = settle_machine_choices(replace(run, output_dir=str(path)))  # config.yaml: where it went
+        return train(run, run_dir, header)
     except (ConfigError, DataError):  # found before training: nothing worth keeping
         run_dir.discard_unstarted()
         raise

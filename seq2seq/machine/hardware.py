@@ -9,17 +9,21 @@ is the one line that every benchmark prints and every training run logs.
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
-from seq2seq.config import ModelConfig
+from seq2seq.config import ModelConfig, RunConfig
 from seq2seq.machine.cpu_flags import FLAGS_THAT_MATTER, NATIVE_BF16, cpu_model_and_flags
+from seq2seq.machine.memory import allocator_in_use
 from seq2seq.model.int8 import INT8
+
+log = logging.getLogger(__name__)
 
 AUTO = "auto"
 PROBE_SECONDS = 2.0  # the most the CPU bf16 probe may take
@@ -242,3 +246,21 @@ def resolve_dtype(requested: str, model_cfg: ModelConfig, device_type: str) -> t
         return INFERENCE_DTYPES[requested], "set explicitly"
     precision, reason = resolve_precision(AUTO, model_cfg, device_type)
     return precision_dtype(str(precision)), reason
+
+
+def settle_machine_choices(run: RunConfig) -> tuple[RunConfig, list[str]]:
+    """``run`` with this machine's choices: ``trainer.precision=auto`` replaced by a precision, so
+    config.yaml and the hparams hold a value that reproduces the run elsewhere, and a
+    ``compile=true`` this machine cannot honour turned into eager. Logs and returns, as lines, the
+    hardware and the reasons."""
+    device = device_type(str(run.trainer.get("accelerator", "auto")))
+    precision, reason = resolve_precision(run.trainer["precision"], run.model, device)
+    lines = [describe(), f"precision: {precision} ({reason})", f"allocator: {allocator_in_use()}"]
+    compile_model = run.compile
+    if run.compile:
+        blocker = compile_blocker(device)
+        compile_model = blocker is None
+        lines.append(f"compile: {'off' if blocker else 'on'} ({blocker or 'set explicitly'})")
+    for line in lines:
+        log.info("%s", line)
+    return replace(run, trainer={**run.trainer, "precision": precision}, compile=compile_model), lines

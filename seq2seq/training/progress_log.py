@@ -6,6 +6,10 @@ so many steps or seconds a line says where training is, and every validation say
 The lines always reach the run's ``train.log``; on the console they are left out only where a
 progress bar is drawn on a terminal. Hydra's job logging (configs/hydra/job_logging/rich.yaml)
 takes its console handler from :func:`console_handler` and its filter from :class:`ConsoleFilter`.
+
+Once, at the start, a line states the global batch (:class:`GlobalBatch`): the learning rate and
+warmup are tuned for a number of tokens per optimizer step, which grows with every process and
+every accumulated batch, so a run moved from one GPU to eight takes steps eight times bigger.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import time
 from typing import Any
 
 import pytorch_lightning as pl
+from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.utilities import rank_zero_only
 from rich.logging import RichHandler
 
@@ -122,3 +127,27 @@ class ProgressLog(pl.Callback):
             float(metrics.get("val/chrf", math.nan)),
             "the best so far" if improved else f"best {best:.2f}",
         )
+
+
+def describe_global_batch(max_tokens: int, processes: int, accumulate: int) -> str:
+    """One line: the tokens per optimizer step and the three factors it is the product of."""
+    return (
+        f"global batch: up to {max_tokens * processes * accumulate} padded tokens per optimizer step = "
+        f"data.max_tokens {max_tokens} x {processes} processes (trainer.world_size) "
+        f"x {accumulate} (trainer.accumulate_grad_batches)"
+    )
+
+
+class GlobalBatch(pl.Callback):
+    """Logs :func:`describe_global_batch` from rank 0, and writes it to TensorBoard when it logs."""
+
+    def __init__(self, max_tokens: int) -> None:
+        self.max_tokens = max_tokens
+
+    @rank_zero_only
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        line = describe_global_batch(self.max_tokens, trainer.world_size, trainer.accumulate_grad_batches)
+        log.info("%s", line)
+        for logger in trainer.loggers:
+            if isinstance(logger, TensorBoardLogger):
+                logger.experiment.add_text("global_batch", line, trainer.global_step)

@@ -6,7 +6,6 @@ checkpointed model: the data, the module and the Lightning Trainer with its call
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -22,38 +21,17 @@ from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.data.sampler import BatchOrder
 from seq2seq.formats.checkpoint import LoadedModel
 from seq2seq.formats.run_directory import RunDirectory
-from seq2seq.machine.hardware import compile_blocker, describe, device_type, resolve_precision
-from seq2seq.machine.memory import allocator_in_use
 from seq2seq.training.budget import Budget
 from seq2seq.training.checkpointing import AtomicCheckpointIO, InterruptBetweenBatches, SaveLast
 from seq2seq.training.final_validation import ValidateAtTheEnd
-from seq2seq.training.global_batch import GlobalBatch
 from seq2seq.training.module import TranslationModule
 from seq2seq.training.monitoring import TensorBoardPanels
-from seq2seq.training.progress_log import ProgressLog
+from seq2seq.training.progress_log import GlobalBatch, ProgressLog
 from seq2seq.training.requeue import RequeueOnSignal, slurm_environment
-from seq2seq.training.starting_point import check_resumable, load_weights, open_start
+from seq2seq.training.starting_point import load_weights, open_start
 from seq2seq.training.time_shares import TimeShares
 
 log = logging.getLogger(__name__)
-
-
-def settle_machine_choices(run: RunConfig) -> tuple[RunConfig, list[str]]:
-    """``run`` with this machine's choices: ``trainer.precision=auto`` replaced by a precision, so
-    config.yaml and the hparams hold a value that reproduces the run elsewhere, and a
-    ``compile=true`` this machine cannot honour turned into eager. Logs and returns, as lines, the
-    hardware and the reasons."""
-    device = device_type(str(run.trainer.get("accelerator", "auto")))
-    precision, reason = resolve_precision(run.trainer["precision"], run.model, device)
-    lines = [describe(), f"precision: {precision} ({reason})", f"allocator: {allocator_in_use()}"]
-    compile_model = run.compile
-    if run.compile:
-        blocker = compile_blocker(device)
-        compile_model = blocker is None
-        lines.append(f"compile: {'off' if blocker else 'on'} ({blocker or 'set explicitly'})")
-    for line in lines:
-        log.info("%s", line)
-    return replace(run, trainer={**run.trainer, "precision": precision}, compile=compile_model), lines
 
 
 def config_yaml(run: RunConfig, header: list[str]) -> str:
@@ -131,18 +109,19 @@ def build_trainer(run: RunConfig, run_dir: Path) -> pl.Trainer:
     return trainer
 
 
-def train(run: RunConfig, run_dir: RunDirectory) -> dict[str, float]:
-    """Train as ``run`` says, in ``run_dir``, whose claim the caller holds (its rank 0 does);
-    returns the final logged metrics. ``run.init_from`` and ``run.ckpt_path`` are opened and
-    checked against the run before anything is written."""
-    check_resumable(run)
-    return _train_in(run_dir.path, run, open_start(run))
+def train(run: RunConfig, run_dir: RunDirectory, header: list[str]) -> dict[str, float]:
+    """Train as ``run``, with this machine's choices settled, says, in ``run_dir``, whose claim the
+    caller holds (its rank 0 does); ``header``: the lines that head config.yaml. Returns the final
+    logged metrics. ``run.init_from`` and ``run.ckpt_path`` are opened and checked against the run
+    before anything is written."""
+    return _train_in(run_dir.path, run, header, open_start(run))
 
 
-def _train_in(run_dir: Path, run: RunConfig, start: LoadedModel | None) -> dict[str, float]:
+def _train_in(
+    run_dir: Path, run: RunConfig, header: list[str], start: LoadedModel | None
+) -> dict[str, float]:
     """The run itself, once ``run_dir`` is known to be this run's to write; ``start``: what
     ``init_from`` names, whose tokenizer the run keeps (also when it resumes)."""
-    run, header = settle_machine_choices(run)
     if rank_zero_only.rank == 0:  # every rank of a torchrun or SLURM launch runs this; one writes
         (run_dir / "config.yaml").write_text(config_yaml(run, header))
     pl.seed_everything(run.seed, workers=True)

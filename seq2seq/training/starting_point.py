@@ -22,29 +22,24 @@ TOKENIZER_KEYS = ("tokenizer", "tokenizer_file", "vocab_size", "shared_vocab")  
 
 
 def open_start(run: RunConfig) -> LoadedModel | None:
-    """The checkpoint ``init_from`` names, checked against the run; None when it names none."""
-    if run.init_from is None:
+    """The checkpoint ``init_from`` names, None when it names none, after both starting points are
+    checked: each must be a readable seq2seq checkpoint (not empty, cut short or text) of the run's
+    model and tokenizer, else a one-line :class:`ConfigError` names the key and why."""
+    _opened("ckpt_path", run.ckpt_path, run)  # resumed by Lightning, which loads it again
+    return _opened("init_from", run.init_from, run)
+
+
+def _opened(key: str, path: str | None, run: RunConfig) -> LoadedModel | None:
+    if path is None:
         return None
+    if not Path(path).is_file():
+        raise ConfigError(f"{key}: no checkpoint at {path}")
     try:
-        start = load_model(run.init_from)
+        start = load_model(path)  # its weights checked against its own config, too
     except CheckpointError as err:
-        raise ConfigError(f"init_from: {err}") from err
-    check_agrees(start, run, f"init_from: {run.init_from}")
+        raise ConfigError(f"{key}: {err}") from err
+    check_agrees(start, run, f"{key}: {path}")
     return start
-
-
-def check_resumable(run: RunConfig) -> None:
-    """Raise a one-line :class:`ConfigError` if ``ckpt_path`` names no file, one that is not a
-    readable seq2seq checkpoint (empty, cut short, text), or one of another model or tokenizer."""
-    if run.ckpt_path is None:
-        return
-    if not Path(run.ckpt_path).is_file():
-        raise ConfigError(f"ckpt_path: no checkpoint at {run.ckpt_path}")
-    try:
-        resumed = load_model(run.ckpt_path)  # its weights checked against its own config, too
-    except CheckpointError as err:
-        raise ConfigError(f"ckpt_path: {err}") from err
-    check_agrees(resumed, run, f"ckpt_path: {run.ckpt_path}")
 
 
 def model_overrides(overrides: list[str]) -> tuple[list[str], str | None]:

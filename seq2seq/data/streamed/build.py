@@ -195,10 +195,11 @@ def build(
 ) -> StreamedData:
     """Build what is missing of the store of ``cfg``, sharing the shards with other processes; open it.
 
-    ``tokenizer``, when given (a checkpoint's), encodes the store; else ``data.tokenizer_file``'s,
-    else one learnt from the split.
+    ``tokenizer`` encodes the store: a checkpoint's or ``data.tokenizer_file``'s (:func:`read_given`,
+    which the caller has read), or, when None, one learnt from the split.
     """
-    tokenizer = tokenizer if tokenizer is not None else read_given(cfg)
+    if tokenizer is None and cfg.tokenizer_file is not None:
+        raise ValueError("build: data.tokenizer_file is set; pass its tokenizer (read_given)")
     split_dir, stats = streamed_split(cfg)
     root = corpus.cache_root(cfg) / f"stream-{digest(store_key(cfg, split_dir.name, block_rows, tokenizer))}"
     timeout = cfg.lock_timeout_s
@@ -227,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         cfg = data_config(args)
-        data = build(cfg)
+        data = build(cfg, tokenizer=read_given(cfg))
     except (ConfigError, DataError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
