@@ -255,6 +255,7 @@ class DecodeConfig:
     temperature: float = 1.0  # sampling: softmax temperature (< 1 sharper, > 1 flatter)
     top_k: int = 0  # sampling: draw among the k likeliest tokens; 0 = the whole vocabulary
     top_p: float = 1.0  # sampling: draw from the likeliest tokens holding this much probability; 1 = all
+    capture: bool = False  # decoder step compiled at fixed shapes: CUDA graphs on a GPU; no shortlist, int8
 
     def __post_init__(self) -> None:
         _finite("decode", self)
