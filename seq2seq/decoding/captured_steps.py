@@ -53,8 +53,9 @@ def _fixed_step(
 
 
 class CapturedDecoder:
-    """A model's compiled step and its buffers, one set per batch shape; holds no model, so that
-    :data:`_DECODERS` can forget a model no one else holds."""
+    """A model's compiled step and its buffers, one set per batch shape, so one search at a time (as
+    the server's one worker thread runs them); holds no model, so that :data:`_DECODERS` can forget
+    a model no one else holds."""
 
     def __init__(self, device: torch.device) -> None:
         graphs = device.type == "cuda" and BACKEND == "inductor"
