@@ -2,8 +2,9 @@
 # The GPU checklist in one pass, for a machine lent for minutes, most wanted first: the default
 # `python train.py` (the GPU recipe) with GPU utilisation sampled each second, `translate.py --eval
 # test --beam 5` on its best checkpoint and the run's results record; then the test split decoded
-# in float32 and bfloat16 in one process (python -m bench.decode.dtypes), the training loop
-# profiled on the GPU (python -m bench.train.step_profile --device cuda), the training-step
+# in float32 and bfloat16 in one process (python -m bench.decode.dtypes), then with the captured
+# decoder step (decode.capture: DTYPE+captured), the training loop profiled on the GPU
+# (python -m bench.train.step_profile --device cuda), the training-step
 # benchmarks, the captured step (compile=true with data.static_shapes=true: python -m
 # bench.train.step --capture, with inductor's CUDA graphs and with CUDA graphs alone), the recipe
 # trained captured (part capture_train: dropout on from the start, so no shape compiles twice; the
@@ -82,6 +83,10 @@ fi
 if [[ $parts == *" decode "* ]] && [[ -f $run_dir/checkpoints/best.ckpt ]]; then
     step decode 150 "$python" -m bench.decode.dtypes --device cuda --ckpt "$run_dir/checkpoints/best.ckpt" \
         --decoders float32 bfloat16 --reps 3
+    # the captured step compiles each batch shape first: a step of its own, so its compiles cannot
+    # cost the figures above
+    step decode_captured 240 "$python" -m bench.decode.dtypes --device cuda \
+        --ckpt "$run_dir/checkpoints/best.ckpt" --decoders float32 float32+captured bfloat16+captured --reps 3
 fi
 [[ $parts == *" profile "* ]] && step profile 120 "$python" -m bench.train.step_profile --device cuda \
     --warmup 40 --loop-steps 20

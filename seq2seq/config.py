@@ -255,6 +255,7 @@ class DecodeConfig:
     temperature: float = 1.0  # sampling: softmax temperature (< 1 sharper, > 1 flatter)
     top_k: int = 0  # sampling: draw among the k likeliest tokens; 0 = the whole vocabulary
     top_p: float = 1.0  # sampling: draw from the likeliest tokens holding this much probability; 1 = all
+    capture: bool = False  # the decoder step compiled at fixed shapes (CUDA graphs on a GPU)
 
     def __post_init__(self) -> None:
         _finite("decode", self)
@@ -439,6 +440,10 @@ def validated_run(cfg: DictConfig) -> RunConfig:
         raise ConfigError(
             "decode.sampling=true would make val/bleu random; validation decodes deterministically "
             "(sample at translate time: translate.py --sample)"
+        )
+    if run.decode.capture:  # validation's model changes between validations: each would compile again
+        raise ConfigError(
+            "decode.capture=true is for translating (translate.py --capture); validation decodes eagerly"
         )
     unset = DecodeConfig()
     ignored = [f"decode.{key}" for key in SAMPLING_KEYS if getattr(run.decode, key) != getattr(unset, key)]

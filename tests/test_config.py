@@ -143,6 +143,7 @@ def test_each_experiment_resolves_to_what_it_trained_before_the_schemas_owned_th
         (["callbacks.checkpoint_every_n_steps=-5"], "callbacks.checkpoint_every_n_steps must be >= 0"),
         (["logger.samples=-1"], "logger.samples must be >= 0"),
         (["decode.sampling=true"], "decode.sampling=true would make val/bleu random"),
+        (["decode.capture=true"], "decode.capture=true is for translating (translate.py --capture)"),
         (["data.max_length=200"], "data.max_length (200) + 2 exceeds model.max_positions (128)"),
         (["trainer.max_time=01:00:00"], "trainer.max_time must be DD:HH:MM:SS (00:01:00:00 is an hour)"),
     ],

@@ -6,10 +6,13 @@ test split is decoded greedily and with beam 5, repetitions interleaved: seconds
 repetition), BLEU, and the share of lines equal to the first decoder's. The ratios compare decoders
 of this one run: each against the first (speed, BLEU), and beam 5 against ``ct2-int8`` when it is
 one of them; on a GPU also the seconds themselves (``decode_test_*``), on a CPU ``decode_cpu_*``.
-``DTYPE+shortlist`` needs the checkpoint's shortlist (``python -m seq2seq.inference.shortlist``).
+``DTYPE+shortlist`` needs the checkpoint's shortlist (``python -m seq2seq.inference.shortlist``);
+``DTYPE+captured`` decodes with the step compiled at fixed shapes (``decode.capture``), its first
+repetition compiling the shapes the warm-up did not.
 
     python -m bench.decode.dtypes --ckpt best.ckpt --decoders float32 int8 int8+shortlist ct2-int8
     python -m bench.decode.dtypes --device cuda --ckpt best.ckpt --decoders float32 bfloat16 [--reps 3]
+    python -m bench.decode.dtypes --device cuda --ckpt best.ckpt --decoders float32 float32+captured
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import itertools
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -33,6 +37,8 @@ from seq2seq.machine.hardware import INFERENCE_DTYPES, describe
 
 CT2_INT8 = "ct2-int8"  # the CTranslate2 int8 export of the checkpoint, as a decoder
 SHORTLISTED = "+shortlist"  # DTYPE+shortlist: with the shortlist beside the checkpoint
+CAPTURED = "+captured"  # DTYPE+captured: the decoder step compiled at fixed shapes
+CAPTURED_DTYPES = ("float32", "bfloat16", "float16")  # int8 weights are not captured
 TARGETS = {
     "decode_test_beam5_seconds": 0.6,  # on a GPU: at most this, the base model's test split
     "decode_test_greedy_seconds": 0.25,
@@ -49,8 +55,8 @@ TARGETS = {
 def decoders(
     ckpt: str, loaded: LoadedModel, device: torch.device, names: list[str], directory: Path
 ) -> dict[str, TranslatorBase]:
-    """``DTYPE`` or ``DTYPE+shortlist`` (the shortlist beside the checkpoint), and ``ct2-int8`` for
-    the CTranslate2 int8 export of the same checkpoint."""
+    """``DTYPE``, ``DTYPE+shortlist`` (the shortlist beside the checkpoint) or ``DTYPE+captured``, and
+    ``ct2-int8`` for the CTranslate2 int8 export of the same checkpoint."""
     built: dict[str, TranslatorBase] = {}
     for name in names:
         if name == CT2_INT8:
@@ -58,10 +64,10 @@ def decoders(
             continue
         shortlisted = name.endswith(SHORTLISTED)
         shortlist = open_shortlist(default_path(ckpt), loaded.tokenizer) if shortlisted else None
-        dtype = INFERENCE_DTYPES[name.removesuffix(SHORTLISTED)]
+        dtype = INFERENCE_DTYPES[name.removesuffix(SHORTLISTED).removesuffix(CAPTURED)]
+        decode_cfg = replace(loaded.decode_config, capture=name.endswith(CAPTURED))
         built[name] = Translator(
-            loaded.model, loaded.tokenizer, loaded.decode_config, device, dtype=dtype,
-            shortlist=shortlist,
+            loaded.model, loaded.tokenizer, decode_cfg, device, dtype=dtype, shortlist=shortlist,
         )  # fmt: skip
     return built
 
@@ -116,9 +122,15 @@ def main() -> None:
         "--decoders",
         nargs="+",
         required=True,
-        choices=[*INFERENCE_DTYPES, *(name + SHORTLISTED for name in INFERENCE_DTYPES), CT2_INT8],
+        choices=[
+            *INFERENCE_DTYPES,
+            *(name + SHORTLISTED for name in INFERENCE_DTYPES),
+            *(name + CAPTURED for name in CAPTURED_DTYPES),
+            CT2_INT8,
+        ],
         help=f"the decoders, first the reference: a dtype, DTYPE{SHORTLISTED} (the checkpoint's "
-        f"shortlist, python -m seq2seq.inference.shortlist) or {CT2_INT8} (its CTranslate2 int8 export)",
+        f"shortlist, python -m seq2seq.inference.shortlist), DTYPE{CAPTURED} (decode.capture) or "
+        f"{CT2_INT8} (its CTranslate2 int8 export)",
     )
     parser.add_argument("--reps", type=int, default=3, help="timed repetitions of each decoder")
     parser.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's choice)")

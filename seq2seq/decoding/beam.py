@@ -18,7 +18,8 @@ import torch
 from torch import Tensor
 
 from seq2seq.config import DecodeConfig
-from seq2seq.decoding.steps import CachedSteps, Hypothesis, length_penalty, output_limits, top_log_probs
+from seq2seq.decoding.captured_steps import cached_steps
+from seq2seq.decoding.steps import Hypothesis, length_penalty, output_limits, top_log_probs
 from seq2seq.model import Transformer
 
 
@@ -142,11 +143,12 @@ def beam_search(
     ``candidates`` (C,): the vocabulary types the output may use (see :class:`CachedSteps`)."""
     k, batch, device = cfg.beam_size, src.size(0), src.device
     memory, src_mask = model.encode(src)
-    steps = CachedSteps(model, memory, src_mask, candidates)
+    limits = output_limits(src, cfg, model.cfg.max_positions, model.pad_id)
+    steps = cached_steps(model, memory, src_mask, cfg, limits, candidates)
     special = steps.special
     beams = _Beams(  # one live beam per sentence until the first step branches it into K
         rows=torch.arange(batch, device=device),
-        limits=output_limits(src, cfg, model.cfg.max_positions, model.pad_id),
+        limits=limits,
         scores=torch.zeros(batch, 1, device=device),
         tokens=torch.empty(batch, 0, dtype=torch.long, device=device),
         n_finished=torch.zeros(batch, dtype=torch.long, device=device),

@@ -12,6 +12,7 @@ import torch
 from torch import Tensor
 
 from seq2seq.config import DecodeConfig
+from seq2seq.decoding.captured_steps import CapturedSteps, cached_steps
 from seq2seq.decoding.sampling import pick_next_tokens
 from seq2seq.decoding.steps import (
     CachedSteps,
@@ -34,14 +35,16 @@ def greedy_search(
     ``candidates`` (C,): the vocabulary types the output may use (see :class:`CachedSteps`).
     """
     memory, src_mask = model.encode(src)
+    limits = output_limits(src, cfg, model.cfg.max_positions, model.pad_id)  # (B,)
     if cached:
-        steps: CachedSteps | FullSteps = CachedSteps(model, memory, src_mask, candidates)
+        steps: CachedSteps | CapturedSteps | FullSteps = cached_steps(
+            model, memory, src_mask, cfg, limits, candidates
+        )
     elif candidates is None:
         steps = FullSteps(model, memory, src_mask)
     else:
         raise ValueError("a shortlist needs the cached steps")
     special = steps.special
-    limits = output_limits(src, cfg, model.cfg.max_positions, model.pad_id)  # (B,)
     batch, device = src.size(0), src.device
     rows = torch.arange(batch, device=device)  # original sentence of each active row
     out = torch.full((batch, int(limits.max())), special.pad, dtype=torch.long, device=device)

@@ -134,6 +134,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_shortlist_argument(parser)
     parser.add_argument(
+        "--capture",
+        action="store_true",
+        help="compile the decoder step at fixed shapes, replayed as CUDA graphs on a GPU (decode.capture)",
+    )
+    parser.add_argument(
         "--batch-tokens",
         type=int,
         metavar="N",
@@ -180,6 +185,8 @@ def _check(args: argparse.Namespace) -> None:
         raise UsageError("--attention-png needs exactly one sentence")
     if args.sentences and (args.eval or args.interactive):
         raise UsageError("sentences cannot be combined with --eval or --interactive")
+    if args.capture and args.model:
+        raise UsageError("--capture needs --ckpt: an exported model decodes in its own engine")
     if args.metrics_out and not args.eval:
         raise UsageError("--metrics-out needs --eval")
     check_shortlist_argument(args)
@@ -188,7 +195,9 @@ def _check(args: argparse.Namespace) -> None:
 def decode_cfg_from_args(cfg: DecodeConfig, args: argparse.Namespace) -> DecodeConfig:
     """The checkpoint's decoding config with the command-line overrides applied."""
     beam = args.beam or (1 if args.greedy or args.sample else None)
-    overridden = cfg.overridden(beam, args.nbest or 1, args.max_len)
+    overridden = replace(
+        cfg.overridden(beam, args.nbest or 1, args.max_len), capture=cfg.capture or args.capture
+    )
     if not args.sample or args.temperature == 0:  # the limit of sampling as T -> 0: the likeliest token
         return overridden
     temperature = 1.0 if args.temperature is None else args.temperature

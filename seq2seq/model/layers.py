@@ -214,14 +214,40 @@ class DecoderLayer(nn.Module):
             cache.self_v[:, :, t : t + 1] = v
             return self.self_attn.attend(h, cache.self_k[:, :, : t + 1], cache.self_v[:, :, : t + 1])[0]
 
+        grown = LayerCache(cache.self_k, cache.self_v, cache.cross_k, cache.cross_v, t + 1, cache.spare)
+        return self._step_blocks(x, self_attention, cache, src_mask, beams), grown
+
+    def step_at(
+        self, x: Tensor, cache: LayerCache, src_mask: Tensor, beams: int, position: Tensor, visible: Tensor
+    ) -> Tensor:
+        """:meth:`step` at a fixed capacity: writes the new key/value at ``position`` (0-d) in place
+        and attends over every slot, ``visible`` (1, 1, 1, capacity) hiding those not yet written."""
+
+        def self_attention(h: Tensor) -> Tensor:
+            k, v = self.self_attn.project_kv(h)  # (N, H, 1, D/H)
+            cache.self_k.index_copy_(2, position.view(1), k)
+            cache.self_v.index_copy_(2, position.view(1), v)
+            return self.self_attn.attend(h, cache.self_k, cache.self_v, visible)[0]
+
+        return self._step_blocks(x, self_attention, cache, src_mask, beams)
+
+    def _step_blocks(
+        self,
+        x: Tensor,
+        self_attention: Callable[[Tensor], Tensor],
+        cache: LayerCache,
+        src_mask: Tensor,
+        beams: int,
+    ) -> Tensor:
+        """One position through the three sublayers, self-attention as given."""
+
         def cross_attention(h: Tensor) -> Tensor:
             queries = h.view(-1, beams, h.size(-1))  # (n, beams, D): a sentence's beams as its queries
             out = self.cross_attn.attend(queries, cache.cross_k, cache.cross_v, src_mask)[0]
             return out.view(h.shape)  # (n·beams, 1, D)
 
         x = self.cross_block(self.self_block(x, self_attention), cross_attention)
-        grown = LayerCache(cache.self_k, cache.self_v, cache.cross_k, cache.cross_v, t + 1, cache.spare)
-        return self.ffn_block(x, self.ffn), grown
+        return self.ffn_block(x, self.ffn)
 
 
 def _record(result: tuple[Tensor, Tensor | None], sink: list[Tensor] | None) -> Tensor:

@@ -51,6 +51,11 @@ class Embedding(nn.Module):
         table = self.positions if self.positions is not None else self.table
         return self.dropout(self.tokens(ids) * self.scale + table[offset:end])
 
+    def at(self, ids: Tensor, position: Tensor) -> Tensor:
+        """ids: (B,) all at ``position``, a 0-d tensor (so that a compiled step reads it) -> (B, 1, D)."""
+        table = self.positions if self.positions is not None else self.table
+        return self.dropout(self.tokens(ids[:, None]) * self.scale + table.index_select(0, position.view(1)))
+
 
 @dataclass
 class DecoderCache:
@@ -214,6 +219,18 @@ class Transformer(nn.Module):
             layers.append(layer_cache)
         states = self.decoder_norm(x)[:, 0]  # (B, D)
         return states, DecoderCache(layers, cache.src_mask, cache.length + 1, cache.beams)
+
+    def step_at(
+        self, tokens: Tensor, position: Tensor, layers: list[LayerCache], src_mask: Tensor, beams: int
+    ) -> Tensor:
+        """:meth:`step_states` over caches of a fixed capacity, for a compiled step: every row is at
+        ``position`` (a 0-d tensor, so one graph serves every step). tokens: (B,) -> states (B, D)."""
+        x = self.tgt_embed.at(tokens, position)  # (B, 1, D)
+        capacity = layers[0].self_k.size(2)
+        visible = (torch.arange(capacity, device=tokens.device) <= position).view(1, 1, 1, capacity)
+        for layer, layer_cache in zip(self.decoder_layers, layers, strict=True):
+            x = layer.step_at(x, layer_cache, src_mask, beams, position, visible)
+        return self.decoder_norm(x)[:, 0]  # (B, D)
 
     def attention_maps(self, src: Tensor, tgt: Tensor) -> dict[str, list[Tensor]]:
         """Attention weights of every layer via the explicit path, for plots and tests.
