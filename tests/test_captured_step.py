@@ -88,6 +88,7 @@ def test_the_captured_step_compiles_once_per_shape_and_trains_as_eager(
         return sums
 
     expected = train_steps(eager, batches, lambda batch: eager_sums(eager, batch))
+    torch._dynamo.reset()  # graphs of this worker's earlier tests' steps would count against the limit
     with torch._dynamo.config.patch(recompile_limit=1):  # below the shapes: the step raises it
         step = CapturedStep(captured, 0.1, shapes=2)
         got = train_steps(captured, batches, sums_of)
