@@ -9,7 +9,8 @@
 # bench.train.step --capture, with inductor's CUDA graphs and with CUDA graphs alone), the recipe
 # trained captured (part capture_train: dropout on from the start, so no shape compiles twice; the
 # compile time per batch shape in compile_times.txt), and the tests (one pytest-xdist worker per
-# core, as everywhere: tests/conftest.py gives each worker its share of threads). Each step gets
+# core, as everywhere: tests/conftest.py gives each worker its share of threads). On request, the
+# part batch: the batch study, one recipe run per size in BATCHES (see below). Each step gets
 # what is left of one deadline, so a slow step shortens the ones after it instead of losing them;
 # every log lands in OUT_DIR.
 #
@@ -49,16 +50,20 @@ print('torch', torch.__version__, 'lightning', pl.__version__, 'datasets', datas
     >>"$out/gpu.txt" 2>&1
 cat "$out/gpu.txt"
 
-if ((minutes > 0)) && [[ $parts == *" train "* ]]; then
+# recipe NAME DIR [OVERRIDES...]: the GPU recipe for TRAIN_MINUTES in DIR with GPU utilisation
+# sampled each second, then translate.py --eval test --beam 5 on its best.ckpt and its record NAME.
+recipe() {
+    local name=$1 dir=$2
+    shift 2
     nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader,nounits -l 1 \
-        >"$out/gpu_util.csv" 2>/dev/null &
-    sampler=$!
-    rm -rf "$run_dir"
-    step train $((minutes * 60 + 150)) "$python" train.py "trainer.max_time=00:00:$(printf %02d "$minutes"):00" \
-        "hydra.run.dir=$run_dir"
+        >"$out/${name}_util.csv" 2>/dev/null &
+    local sampler=$!
+    rm -rf "$dir"
+    step "$name" $((minutes * 60 + 150)) "$python" train.py \
+        "trainer.max_time=00:00:$(printf %02d "$minutes"):00" "hydra.run.dir=$dir" "$@"
     kill "$sampler" 2>/dev/null
     # Whole process, and from the first busy sample to the last: training with its validations.
-    "$python" - "$out/gpu_util.csv" <<'EOF' | tee "$out/gpu_util.txt"
+    "$python" - "$out/${name}_util.csv" <<'EOF2' | tee "$out/${name}_util.txt"
 import statistics, sys
 rows = [line.split(", ") for line in open(sys.argv[1]) if line.count(",") == 2]
 util, memory = [float(r[1]) for r in rows], [float(r[2]) for r in rows]
@@ -70,15 +75,16 @@ print(f"samples {len(util)} (1 s apart, the whole train.py process): utilisation
       f" median {statistics.median(util):.0f} %; first to last busy sample ({len(training)} s):"
       f" mean {statistics.mean(training):.1f} %, median {statistics.median(training):.0f} %;"
       f" peak memory.used {max(memory) / 1024:.2f} GiB")
-EOF
+EOF2
+    step "${name}_translate" 240 "$python" translate.py --ckpt "$dir/checkpoints/best.ckpt" --eval test \
+        --beam 5 --metrics-out "$out/${name}_test.json"
+    step "${name}_record" 60 "$python" -m tools.docs.results_page --records "$out" record "$dir" --name "$name" \
+        --test-metrics "$out/${name}_test.json" --machine "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
+    cp "$dir/config.yaml" "$out/${name}_config.yaml" 2>/dev/null
+    cp "$dir/train.log" "$out/${name}_log.txt" 2>/dev/null
+}
 
-    step translate 240 "$python" translate.py --ckpt "$run_dir/checkpoints/best.ckpt" --eval test --beam 5 \
-        --metrics-out "$out/test_metrics.json"
-    step record 60 "$python" -m tools.docs.results_page --records "$out" record "$run_dir" --name gpu-checklist \
-        --test-metrics "$out/test_metrics.json" --machine "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
-    cp "$run_dir/config.yaml" "$out/config.yaml" 2>/dev/null
-    cp "$run_dir/train.log" "$out/train_log.txt" 2>/dev/null
-fi
+((minutes > 0)) && [[ $parts == *" train "* ]] && recipe gpu-checklist "$run_dir"
 
 if [[ $parts == *" decode "* ]] && [[ -f $run_dir/checkpoints/best.ckpt ]]; then
     step decode 150 "$python" -m bench.decode.dtypes --device cuda --ckpt "$run_dir/checkpoints/best.ckpt" \
@@ -101,12 +107,19 @@ if [[ $parts == *" capture "* ]]; then
     done
 fi
 if [[ $parts == *" capture_train "* ]] && ((minutes > 0)); then
-    rm -rf "$run_dir-captured"
-    step train_captured $((minutes * 60 + 150)) "$python" train.py \
-        "trainer.max_time=00:00:$(printf %02d "$minutes"):00" data.static_shapes=true compile=true \
-        optim.dropout_min_epochs=0 "hydra.run.dir=$run_dir-captured"
+    recipe gpu-checklist-captured "$run_dir-captured" data.static_shapes=true compile=true optim.dropout_min_epochs=0
     grep -h "compiled the training step" "$run_dir-captured/train.log" | tee "$out/compile_times.txt"
-    cp "$run_dir-captured/train.log" "$out/train_captured_log.txt" 2>/dev/null
+fi
+# The batch study: the recipe at each of BATCHES tokens per batch (default 32768 65536 131072), the
+# learning rate scaled by the square root of the batch's size against the recipe's 16,384 tokens and
+# the warm-up kept in tokens; one record each (e.g. BATCHES=65536 PARTS=batch for one 10-minute command).
+if [[ $parts == *" batch "* ]] && ((minutes > 0)); then
+    for tokens in ${BATCHES:-32768 65536 131072}; do
+        lr=$(awk -v t="$tokens" 'BEGIN { printf "%.3g", 7e-4 * sqrt(t / 16384) }')
+        recipe "gpu-checklist-batch-$tokens" "$run_dir-batch-$tokens" "data.max_tokens=$tokens" \
+            "data.eval_max_tokens=$((tokens > 32768 ? tokens : 32768))" "optim.lr=$lr" \
+            "optim.warmup_steps=$((1000 * 16384 / tokens))"
+    done
 fi
 [[ $parts == *" tests "* ]] && step tests 1200 "$python" -m pytest -p no:cacheprovider --continue-on-collection-errors
 echo "== done with $(left)s of the deadline left" | tee -a "$out/steps.txt"
