@@ -3,7 +3,7 @@
 from pathlib import Path
 
 import seq2seq.machine.threads  # first of ours, and nothing above loads torch: see its docstring
-import seq2seq.machine.use_jemalloc  # noqa: F401  (restarts under jemalloc where installed, before torch loads)
+import seq2seq.machine.use_allocator  # noqa: F401  (restarts under jemalloc or mimalloc, before torch loads)
 
 # isort: split
 from seq2seq.launch.start import main

@@ -154,6 +154,6 @@ def _import_without_restart(module: str) -> None:
         _set_environment(environ)
 
 
-# train.py's first import restarts the process under jemalloc on a CPU with native bf16, where it is
-# installed: that would replace this test process, so it is imported here once, with the restart off.
-_import_without_restart("seq2seq.machine.use_jemalloc")
+# train.py's first import restarts the process under jemalloc or mimalloc on a CPU with native bf16:
+# that would replace this test process, so it is imported here once, with the restart off.
+_import_without_restart("seq2seq.machine.use_allocator")

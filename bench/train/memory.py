@@ -1,17 +1,18 @@
-"""Resident memory of a training run under each allocator, against its peer in the same run.
+"""Memory of a training run, every process of it, under each setting, against its peer in the same run.
 
 Each setting trains ``python train.py`` for ``--minutes`` in a subprocess (the default recipe, its
-final validation included) while a thread reads the resident memory of the process and of its
-loader workers from /proc every second. Settings: ``jemalloc`` (``SEQ2SEQ_ALLOCATOR=jemalloc``:
-what ``auto`` picks on a CPU with native bf16) and ``system`` (the C library's malloc, what it picks
-elsewhere), with ``--jemalloc-conf CONF`` also ``jemalloc+CONF`` (jemalloc under
-``MALLOC_CONF=CONF``), and with ``--baseline DIR`` also that checkout's ``train.py`` (the code
-before a change) under the system allocator; rounds alternate the settings. Prints ``RATIO``
-lines against ``system`` and writes a record with ``--record NAME``.
+final validation included) while a thread reads, every second, the resident memory (RSS) of the
+trainer and the RSS and PSS of the whole run: the trainer and its loader workers (PSS splits the
+pages a forked worker shares with its parent, where RSS counts them in each). Settings: ``system``
+(the C library's malloc: ``SEQ2SEQ_ALLOCATOR=system``), ``mimalloc`` (the one pyproject.toml
+installs), ``jemalloc`` where the system has it, and with ``--baseline DIR`` also that checkout's
+``train.py`` (the code before a change) under the system allocator; rounds alternate the settings.
+Prints ``RATIO`` lines: each setting's peak and tokens/s against ``system``, the trainer's peak RSS
+and the run's peak PSS in GiB, and the growth (the trainer's peak after minute 5, or after the first
+third of a run under 15 minutes, over its peak before); ``--record NAME`` writes a record.
 
     python -m bench.train.memory --minutes 3
-    python -m bench.train.memory --minutes 3 --jemalloc-conf oversize_threshold:0
-    python -m bench.train.memory --minutes 3 --precision bf16-mixed --record memory-zen3-bf16
+    python -m bench.train.memory --minutes 30 --precision bf16-mixed --record memory-NAME
 """
 
 from __future__ import annotations
@@ -39,14 +40,17 @@ from bench.lib.measure import (
     write_record,
 )
 from seq2seq.machine.hardware import describe
-from seq2seq.machine.memory import CHOICE
+from seq2seq.machine.memory import CHOICE, jemalloc_library
 
 GIB = 2**30
 TARGETS = {
     "memory_peak_rss": 1.0,  # a setting's peak at most the system allocator's
-    "memory_steps": 1.0,  # ... and as many steps
-    "memory_peak_tree_rss_gib": 2.0,  # the default run's peak, process and workers, at most (GiB)
+    "memory_tokens_per_s": 0.97,  # ... and its speed within 3 % of it
+    "memory_trainer_peak_rss_gib": 1.5,  # the trainer's peak RSS, at most (GiB)
+    "memory_run_peak_pss_gib": 2.0,  # the whole run's peak PSS (trainer and workers), at most (GiB)
+    "memory_growth": 0.05,  # the trainer's peak after minute 5 over its peak before, at most 5 % more
 }
+GROWTH_FROM_S = 300.0  # growth is measured from minute 5 (from a third of a run shorter than 15 minutes)
 STEP_LINE = re.compile(r"step (\d+) .*\| (\d+) tokens/s")
 
 
@@ -85,18 +89,22 @@ def sample(pid: int, samples: list[tuple[float, int, int, int]], done: threading
             samples.append((seconds, values[0][0], sum(r for r, _ in values), sum(p for _, p in values)))
 
 
-def growth(samples: list[tuple[float, int, int, int]]) -> float:
-    """The process's peak after the first third of the run over its peak in the first third."""
-    third = samples[-1][0] / 3
-    return max(s[1] for s in samples if s[0] >= third) / max(s[1] for s in samples if s[0] < third)
+def growth(samples: list[tuple[float, int, int, int]], split_s: float | None = None) -> float:
+    """The process's peak after ``split_s`` seconds (a third of the run if None) over its peak before."""
+    split = samples[-1][0] / 3 if split_s is None else split_s
+    return max(s[1] for s in samples if s[0] >= split) / max(s[1] for s in samples if s[0] < split)
 
 
 def train(
-    setting: str, code: Path, allocator: dict[str, str], minutes: int, precision: str, run_dir: Path
+    setting: str,
+    code: Path,
+    env: dict[str, str],
+    minutes: int,
+    precision: str,
+    run_dir: Path,
 ) -> dict[str, float]:
-    """One training run of ``setting`` (``allocator``: its environment variables): its peaks (GiB),
-    growth and steps."""
-    env = {**os.environ, **allocator}
+    """One training run of ``setting`` (``env``: its environment variables): its peaks (GiB), growth,
+    steps and median tokens/s."""
     command = [
         sys.executable,
         "train.py",
@@ -108,7 +116,9 @@ def train(
     ]
     samples: list[tuple[float, int, int, int]] = []
     done = threading.Event()
-    process = subprocess.Popen(command, cwd=code, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    process = subprocess.Popen(
+        command, cwd=code, env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     watcher = threading.Thread(target=sample, args=(process.pid, samples, done))
     watcher.start()
     _, err = process.communicate()
@@ -121,19 +131,20 @@ def train(
         "peak_rss_gib": max(s[1] for s in samples) / GIB,
         "peak_tree_rss_gib": max(s[2] for s in samples) / GIB,
         "peak_tree_pss_gib": max(s[3] for s in samples) / GIB,
-        "growth": growth(samples) - 1,
+        "growth": growth(samples, GROWTH_FROM_S if minutes >= 15 else None) - 1,
         "steps": int(steps[-1][0]) if steps else 0,
         "tokens_per_s": statistics.median(int(rate) for _, rate in steps[1:]) if len(steps) > 1 else 0.0,
     }
 
 
-def allocator_record(name: str, best: dict[str, dict[str, float]], command: str) -> dict:
+def memory_record(name: str, best: dict[str, dict[str, float]], command: str, precision: str) -> dict:
     """The record ``docs/records/NAME.json``: a table of each setting's medians over the rounds."""
-    header = ["allocator", "peak RSS: process / with workers (PSS)", "growth", "steps", "tokens/s"]
+    header = ["setting", "trainer's peak RSS", "run's peak PSS (RSS)", "growth", "steps", "tokens/s"]
     rows = [
         [
             name,
-            f"{f['peak_rss_gib']:.2f} / {f['peak_tree_rss_gib']:.2f} ({f['peak_tree_pss_gib']:.2f}) GiB",
+            f"{f['peak_rss_gib']:.2f} GiB",
+            f"{f['peak_tree_pss_gib']:.2f} ({f['peak_tree_rss_gib']:.2f}) GiB",
             f"{100 * f['growth']:+.1f} %",
             f"{f['steps']:.0f}",
             f"{f['tokens_per_s']:,.0f}",
@@ -146,10 +157,36 @@ def allocator_record(name: str, best: dict[str, dict[str, float]], command: str)
         "commit": None,
         "provenance": command,
         "machine": machine(),
-        "notes": f"{command}; {describe()}",
+        "notes": f"{command}; trainer.precision={precision}; {describe()}",
         "header": header,
         "rows": rows,
     }
+
+
+def settings_to_run(baseline: Path | None) -> dict[str, tuple[Path, dict[str, str]]]:
+    """Each setting's checkout and environment: ``system`` is the peer of every ratio."""
+    settings = {name: (ROOT, {CHOICE: name}) for name in ("system", "mimalloc")}
+    if jemalloc_library():
+        settings["jemalloc"] = (ROOT, {CHOICE: "jemalloc"})
+    if baseline:
+        settings["baseline"] = (baseline, {CHOICE: "system"})
+    return settings
+
+
+def print_ratios(best: dict[str, dict[str, float]], goals: dict[str, float]) -> None:
+    peer = best["system"]
+    for name, figures in best.items():
+        ratios = {
+            f"memory_trainer_peak_rss_gib_{name}": figures["peak_rss_gib"],
+            f"memory_run_peak_pss_gib_{name}": figures["peak_tree_pss_gib"],
+            f"memory_growth_{name}": figures["growth"],
+        }
+        if name != "system":
+            ratios[f"memory_peak_rss_{name}_vs_system"] = figures["peak_rss_gib"] / peer["peak_rss_gib"]
+            speed = figures["tokens_per_s"] / max(1.0, peer["tokens_per_s"])
+            ratios[f"memory_tokens_per_s_{name}_vs_system"] = speed
+        for ratio, value in ratios.items():
+            print(ratio_line(ratio, value, target_for(ratio, goals), digits=3))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -157,43 +194,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=int, default=3, help="training time of each run")
     parser.add_argument("--precision", default="auto", help="trainer.precision, e.g. bf16-mixed")
     parser.add_argument("--rounds", type=int, default=1, help="alternations of the settings")
-    parser.add_argument(
-        "--jemalloc-conf", nargs="*", default=[], metavar="CONF", help="also jemalloc with MALLOC_CONF=CONF"
-    )
     parser.add_argument("--baseline", type=Path, help="a checkout of the code before, run as 'baseline'")
     parser.add_argument("--record", help="write docs/records/NAME.json")
     add_target_option(parser, TARGETS)
     args = parser.parse_args(argv)
     goals = targets(args)
     print(describe(), flush=True)
-    jemalloc, system = {CHOICE: "jemalloc"}, {CHOICE: "system"}
-    settings = {"jemalloc": (ROOT, jemalloc), "system": (ROOT, system)}
-    for conf in args.jemalloc_conf:
-        settings[f"jemalloc+{conf}"] = (ROOT, {**jemalloc, "MALLOC_CONF": conf})
-    if args.baseline:
-        settings["baseline"] = (args.baseline, system)
+    settings = settings_to_run(args.baseline)
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in settings}
     with tempfile.TemporaryDirectory() as scratch:
         for round_ in range(args.rounds):
-            for index, (name, (code, allocator)) in enumerate(settings.items()):
+            for index, (name, (code, env)) in enumerate(settings.items()):
                 run_dir = Path(scratch) / f"{index}-{round_}"
-                result = train(name, code, allocator, args.minutes, args.precision, run_dir)
+                result = train(name, code, env, args.minutes, args.precision, run_dir)
                 runs[name].append(result)
                 print(name, json.dumps({key: round(value, 3) for key, value in result.items()}), flush=True)
     best = {name: {key: statistics.median(r[key] for r in rs) for key in rs[0]} for name, rs in runs.items()}
-    for name in settings.keys() - {"system"}:
-        ratios = {
-            f"memory_peak_rss_{name}_vs_system": best[name]["peak_rss_gib"] / best["system"]["peak_rss_gib"],
-            f"memory_steps_{name}_vs_system": best[name]["steps"] / max(1, best["system"]["steps"]),
-        }
-        for ratio, value in ratios.items():
-            print(ratio_line(ratio, value, target_for(ratio, goals), digits=3))
-    for name, figures in best.items():
-        ratio = f"memory_peak_tree_rss_gib_{name}"
-        print(ratio_line(ratio, figures["peak_tree_rss_gib"], target_for(ratio, goals), digits=3))
+    print_ratios(best, goals)
     if args.record:
         command = f"python -m bench.train.memory {' '.join(argv or sys.argv[1:])}"
-        write_record(RECORDS / f"{args.record}.json", allocator_record(args.record, best, command))
+        write_record(
+            RECORDS / f"{args.record}.json", memory_record(args.record, best, command, args.precision)
+        )
     return 0
 
 

@@ -32,7 +32,7 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
-import seq2seq.machine.use_jemalloc  # noqa: F401  (as train.py: restarts under jemalloc where installed)
+import seq2seq.machine.use_allocator  # noqa: F401  (as train.py: restarts under the allocator it wants)
 from bench.lib.loop_run import ROOT, run_loop, with_recipe
 from bench.lib.measure import (
     RECORDS,
@@ -68,12 +68,14 @@ class _Mallinfo2(ctypes.Structure):
 
 class Allocator:
     """The allocator's own counters: jemalloc's ``stats.*`` through ``mallctl``, or glibc's
-    ``mallinfo2`` (bytes in use, and bytes free in its heaps that it keeps)."""
+    ``mallinfo2`` (bytes in use, and bytes free in its heaps that it keeps); none under mimalloc,
+    where glibc's heaps sit unused."""
 
     def __init__(self) -> None:
         process = ctypes.CDLL(None)
         self.mallctl = getattr(process, "mallctl", None)
-        self.mallinfo2 = getattr(process, "mallinfo2", None)
+        mimalloc = "libmimalloc" in Path("/proc/self/maps").read_text()
+        self.mallinfo2 = None if mimalloc else getattr(process, "mallinfo2", None)
         if self.mallinfo2 is not None:
             self.mallinfo2.restype = _Mallinfo2
 
