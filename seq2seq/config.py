@@ -442,7 +442,7 @@ def _check_trainer(trainer: dict[str, Any]) -> None:
     clip = trainer.get("gradient_clip_val")
     if clip is not None and not (_number(clip) and clip >= 0):
         raise ConfigError(f"trainer.gradient_clip_val must be a number >= 0 (0 = off), got {clip}")
-    for key, least in (("accumulate_grad_batches", 1), ("log_every_n_steps", 1), ("num_nodes", 1)):
+    for key, least in (("accumulate_grad_batches", 1), ("log_every_n_steps", 1)):
         value = trainer.get(key, least)
         if not (_whole(value) and value >= least):
             raise ConfigError(f"trainer.{key} must be a whole number >= {least}, got {value}")
