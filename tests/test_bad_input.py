@@ -281,6 +281,19 @@ def test_serve_refuses_a_batching_wait_that_is_not_a_finite_number_at_least_0(
     )
 
 
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [("seq2seq.average", "seq2seq.training.average"), ("seq2seq.data.build", "seq2seq.data.streamed.build")],
+)
+def test_a_moved_command_answers_at_its_old_name_with_a_notice(old: str, new: str) -> None:
+    """Users' scripts call the old names: they run, and say where the command went."""
+    moved, current = _command("-m", old, "--help"), _command("-m", new, "--help")
+    assert moved.returncode == current.returncode == 0 and moved.stdout == current.stdout != ""
+    assert _one_line(moved.stderr) == (
+        f"warning: python -m {old} has moved to python -m {new}; the old name goes in a later release"
+    )
+
+
 def test_temperature_0_is_greedy_search(checkpoint: Path, run_cli) -> None:
     sentences = ["How are you?", "I like coffee.", "Good morning."]
     common = ["--ckpt", str(checkpoint), "--device", "cpu", "--dtype", "float32"]
