@@ -92,7 +92,7 @@ if [[ $parts == *" decode "* ]] && [[ -f $run_dir/checkpoints/best.ckpt ]]; then
     # the captured step compiles each batch shape first: a step of its own, so its compiles cannot
     # cost the figures above
     step decode_captured 240 "$python" -m bench.decode.dtypes --device cuda \
-        --ckpt "$run_dir/checkpoints/best.ckpt" --decoders float32 float32+captured bfloat16+captured --reps 3
+        --ckpt "$run_dir/checkpoints/best.ckpt" --decoders float32 float32+captured --reps 3
 fi
 [[ $parts == *" profile "* ]] && step profile 120 "$python" -m bench.train.step_profile --device cuda \
     --warmup 40 --loop-steps 20

@@ -75,3 +75,12 @@ def run_command(prog: str, command: Callable[[], int], expected: tuple[type[Exce
         return FAILED
     except KeyboardInterrupt:
         return INTERRUPTED
+
+
+def moved(old: str, new: str) -> None:
+    """The notice a command's old module name prints before it runs as ``new``: scripts keep
+    working for a release while they are changed."""
+    print(
+        f"warning: python -m {old} has moved to python -m {new}; the old name goes in a later release",
+        file=sys.stderr,
+    )

@@ -7,7 +7,7 @@ YAML file in ``configs/`` holds only the values in which its option differs from
 type fails at compose time with the key's name; range rules live in each group's
 ``__post_init__``, and the rules across groups in :func:`validated_run`. The trainer group has
 no dataclass: its keys are ``pytorch_lightning.Trainer`` arguments, with the project's choices in
-``configs/trainer/default.yaml``.
+``configs/trainer/default.yaml`` and their range rules in ``RunConfig.__post_init__``.
 """
 
 from __future__ import annotations
@@ -336,6 +336,13 @@ class OptimConfig:
             raise ConfigError(f"optim.dropout_min_epochs must be >= 0, got {self.dropout_min_epochs}")
         _probability("optim.label_smoothing", self.label_smoothing)
         _probability("optim.ema_decay", self.ema_decay)
+        _positive("optim.eps", self.eps)
+        if self.weight_decay < 0:
+            raise ConfigError(f"optim.weight_decay must be >= 0, got {self.weight_decay}")
+        if len(self.betas) != 2:
+            raise ConfigError(f"optim.betas must be two numbers, got {list(self.betas)}")
+        for beta in self.betas:
+            _probability("optim.betas", beta)
 
 
 @dataclass
@@ -394,10 +401,66 @@ class RunConfig:
     compile: bool = False  # torch.compile the layers; with data.static_shapes the step, CUDA graphs on a GPU
     skip_nonfinite: bool = False  # skip batches with NaN/inf loss instead of stopping
 
+    def __post_init__(self) -> None:
+        _check_trainer(self.trainer)
+
+
+DURATION = re.compile(r"\d+:\d\d:\d\d:\d\d")  # Lightning's max_time string: DD:HH:MM:SS
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _share_or_count(key: str, value: Any, least: int) -> None:
+    """A Lightning limit or interval: a share of an epoch in (0, 1], or a count of batches >= ``least``."""
+    if value is None or (_whole(value) and value >= least):
+        return
+    if not (isinstance(value, float) and 0.0 < value <= 1.0):
+        raise ConfigError(
+            f"trainer.{key} must be a share of an epoch in (0, 1] or a number of batches >= {least}, "
+            f"got {value}"
+        )
+
+
+def _check_trainer(trainer: dict[str, Any]) -> None:
+    """The range rules of the Trainer arguments the configs set. Lightning checks some only once a
+    run directory exists, and some not at all (a negative clip value flips the gradients)."""
+    for limit in ("max_epochs", "max_steps"):  # 0 would end with no checkpoint
+        value = trainer.get(limit)
+        if value is not None and not (_whole(value) and (value >= 1 or value == -1)):
+            raise ConfigError(f"trainer.{limit} must be >= 1, or -1 for no limit, got {value}")
+    max_time = trainer.get("max_time")
+    if max_time is not None and not (isinstance(max_time, str) and DURATION.fullmatch(max_time.strip())):
+        raise ConfigError(f"trainer.max_time must be DD:HH:MM:SS (00:01:00:00 is an hour), got {max_time!r}")
+    if max_time is not None and not any(int(part) for part in max_time.split(":")):
+        raise ConfigError(f"trainer.max_time must be longer than 0, got {max_time!r}")
+    clip = trainer.get("gradient_clip_val")
+    if clip is not None and not (_number(clip) and clip >= 0):
+        raise ConfigError(f"trainer.gradient_clip_val must be a number >= 0 (0 = off), got {clip}")
+    for key, least in (("accumulate_grad_batches", 1), ("log_every_n_steps", 1)):
+        value = trainer.get(key, least)
+        if not (_whole(value) and value >= least):
+            raise ConfigError(f"trainer.{key} must be a whole number >= {least}, got {value}")
+    every = trainer.get("check_val_every_n_epoch")
+    if every is not None and not (_whole(every) and every >= 1):
+        raise ConfigError(f"trainer.check_val_every_n_epoch must be >= 1 or null, got {every}")
+    sanity = trainer.get("num_sanity_val_steps", 0)
+    if not (_whole(sanity) and sanity >= -1):
+        raise ConfigError(f"trainer.num_sanity_val_steps must be >= 0, or -1 for all, got {sanity}")
+    interval = trainer.get("val_check_interval")
+    if not (isinstance(interval, str) and DURATION.fullmatch(interval.strip())):
+        _share_or_count("val_check_interval", interval, 1)
+    _share_or_count("limit_train_batches", trainer.get("limit_train_batches"), 1)
+    _share_or_count("limit_val_batches", trainer.get("limit_val_batches"), 0)
+
 
 RUN_SCHEMA = "run_schema"  # RunConfig's name in Hydra's ConfigStore: the first entry of train.yaml's defaults
 ConfigStore.instance().store(name=RUN_SCHEMA, node=RunConfig)
-DURATION = re.compile(r"\d+:\d\d:\d\d:\d\d")  # Lightning's max_time string: DD:HH:MM:SS
 
 
 def dotted(cfg: DictConfig, prefix: str = "") -> dict[str, Any]:
@@ -462,11 +525,4 @@ def validated_run(cfg: DictConfig) -> RunConfig:
             f"data.max_length ({run.data.max_length}) + 2 exceeds "
             f"model.max_positions ({run.model.max_positions})"
         )
-    for limit in ("max_epochs", "max_steps"):  # Lightning's own check comes only once a run directory exists
-        value = run.trainer.get(limit)
-        if isinstance(value, int) and value < 1 and value != -1:  # 0 would end with no checkpoint
-            raise ConfigError(f"trainer.{limit} must be >= 1, or -1 for no limit, got {value}")
-    max_time = run.trainer.get("max_time")
-    if isinstance(max_time, str) and not DURATION.fullmatch(max_time.strip()):
-        raise ConfigError(f"trainer.max_time must be DD:HH:MM:SS (00:01:00:00 is an hour), got {max_time!r}")
     return run

@@ -22,7 +22,7 @@ from compose import ROOT, tiny_run
 from in_process import python
 from tiny import CORPUS
 
-from seq2seq.config import ConfigError
+from seq2seq.config import ConfigError, DataError
 from seq2seq.data import inspect
 from seq2seq.data.streamed.build import main as build_main
 from seq2seq.export.__main__ import main as export_main
@@ -236,7 +236,11 @@ def test_scores_are_printed_before_a_late_write_fails(
     )  # fmt: skip
     assert code == 1
     assert any(line.startswith("BLEU") for line in lines) and any(line.startswith("chrF") for line in lines)
-    assert "No such file or directory" in _one_line(err)
+    metrics = scores_dir / "m.json"  # the user's path, not the temporary file written beside it
+    assert (
+        _one_line(err)
+        == f"translate.py: error: cannot write --metrics-out {metrics}: No such file or directory"
+    )
     assert len((tmp_path / "ok.txt").read_text(encoding="utf-8").splitlines()) == 4
 
 
@@ -263,6 +267,30 @@ def test_a_temperature_that_is_not_a_finite_number_at_least_0_is_refused(
     assert _one_line(err) == (
         f"translate.py: error: --temperature must be a finite number >= 0 (0: greedy), "
         f"got {float(temperature)} (see --help)"
+    )
+
+
+@pytest.mark.parametrize("wait", ["inf", "nan", "-1"])
+def test_serve_refuses_a_batching_wait_that_is_not_a_finite_number_at_least_0(
+    checkpoint: Path, capsys, wait: str
+) -> None:
+    """An infinite wait once killed the batcher's thread at the first request, and the request hung."""
+    assert serve_main(["--ckpt", str(checkpoint), "--max-wait-ms", wait]) == 2
+    assert _one_line(capsys.readouterr().err) == (
+        f"serve.py: error: --max-wait-ms must be a finite number >= 0, got {float(wait)} (see --help)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [("seq2seq.average", "seq2seq.training.average"), ("seq2seq.data.build", "seq2seq.data.streamed.build")],
+)
+def test_a_moved_command_answers_at_its_old_name_with_a_notice(old: str, new: str) -> None:
+    """Users' scripts call the old names: they run, and say where the command went."""
+    moved, current = _command("-m", old, "--help"), _command("-m", new, "--help")
+    assert moved.returncode == current.returncode == 0 and moved.stdout == current.stdout != ""
+    assert _one_line(moved.stderr) == (
+        f"warning: python -m {old} has moved to python -m {new}; the old name goes in a later release"
     )
 
 
@@ -339,6 +367,31 @@ def test_a_config_error_keeps_the_directory_the_user_made_and_their_files(tmp_pa
     assert _one_line(result.stderr) == "error: optim.lr must be > 0, got -1.0"
     assert [path.name for path in mine.iterdir()] == ["tokenizer.json"]
     assert (mine / "tokenizer.json").read_text(encoding="utf-8") == '{"mine": true}'
+
+
+def test_a_bad_optimizer_value_is_one_line_and_the_corrected_command_trains(tmp_path: Path) -> None:
+    """It was a traceback that left a run directory, which then refused the corrected command."""
+    run_dir = tmp_path / "run"
+    command = [
+        str(ROOT / "train.py"), "experiment=tiny", f"hydra.run.dir={run_dir}", "trainer.max_steps=2",
+        f"data.cache_dir={tmp_path / 'cache'}",
+    ]  # fmt: skip
+    result = _command(*command, "optim.weight_decay=-1")
+    assert result.returncode == 1
+    assert _one_line(result.stderr) == "error: optim.weight_decay must be >= 0, got -1.0"
+    assert not run_dir.exists()
+    result = _command(*command)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert (run_dir / "checkpoints" / "best.ckpt").is_file()
+
+
+def test_a_max_length_that_drops_every_pair_is_one_line_before_training(tmp_path: Path) -> None:
+    """It trained nothing and exited 0 without a checkpoint."""
+    run_dir = tmp_path / "run"
+    message = r"^data\.max_length=1 drops all \d+ training pairs, each longer: raise it, or set data\."
+    with pytest.raises(DataError, match=message):
+        start_run(tiny_run(run_dir, tmp_path / "cache", "data.max_length=1"))
+    assert not run_dir.exists()
 
 
 def test_a_failed_start_removes_only_what_it_added(tmp_path: Path) -> None:

@@ -146,6 +146,39 @@ def test_each_experiment_resolves_to_what_it_trained_before_the_schemas_owned_th
         (["decode.capture=true"], "decode.capture=true is for translating (translate.py --capture)"),
         (["data.max_length=200"], "data.max_length (200) + 2 exceeds model.max_positions (128)"),
         (["trainer.max_time=01:00:00"], "trainer.max_time must be DD:HH:MM:SS (00:01:00:00 is an hour)"),
+        (["trainer.max_time=60"], "trainer.max_time must be DD:HH:MM:SS (00:01:00:00 is an hour), got 60"),
+        (["trainer.max_time=00:00:00:00"], "trainer.max_time must be longer than 0, got '00:00:00:00'"),
+        (
+            ["trainer.gradient_clip_val=-1"],
+            "trainer.gradient_clip_val must be a number >= 0 (0 = off), got -1",
+        ),
+        (
+            ["trainer.gradient_clip_val=nan"],
+            "trainer.gradient_clip_val must be a number >= 0 (0 = off), got nan",
+        ),
+        (
+            ["trainer.val_check_interval=nan"],
+            "trainer.val_check_interval must be a share of an epoch in (0, 1]",
+        ),
+        (
+            ["trainer.val_check_interval=1.5"],
+            "trainer.val_check_interval must be a share of an epoch in (0, 1]",
+        ),
+        (["trainer.limit_train_batches=-0.5"], "trainer.limit_train_batches must be a share of an epoch"),
+        (["trainer.limit_train_batches=0"], "or a number of batches >= 1, got 0"),
+        (
+            ["trainer.accumulate_grad_batches=0"],
+            "trainer.accumulate_grad_batches must be a whole number >= 1",
+        ),
+        (
+            ["trainer.check_val_every_n_epoch=0"],
+            "trainer.check_val_every_n_epoch must be >= 1 or null, got 0",
+        ),
+        (["trainer.num_sanity_val_steps=-2"], "trainer.num_sanity_val_steps must be >= 0, or -1 for all"),
+        (["optim.weight_decay=-1"], "optim.weight_decay must be >= 0, got -1.0"),
+        (["optim.eps=-1"], "optim.eps must be > 0, got -1.0"),
+        (["optim.betas=[1.5,0.98]"], "optim.betas must be in [0, 1), got 1.5"),
+        (["optim.betas=[0.9]"], "optim.betas must be two numbers, got [0.9]"),
     ],
 )
 def test_a_bad_value_names_its_key_in_one_line(overrides: list[str], message: str) -> None:
@@ -206,6 +239,23 @@ def test_a_nan_learning_rate_is_one_line_at_compose_time() -> None:
 
 def test_a_time_budget_in_lightnings_format_is_taken() -> None:
     assert validated_run(compose_train("trainer.max_time=00:01:00:00")).trainer["max_time"] == "00:01:00:00"
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        "trainer.val_check_interval=00:00:10:00",
+        "trainer.val_check_interval=200",
+        "trainer.limit_train_batches=0.5",
+        "trainer.limit_val_batches=0",
+        "trainer.gradient_clip_val=0",
+        "trainer.check_val_every_n_epoch=null",
+        "trainer.num_sanity_val_steps=-1",
+    ],
+)
+def test_the_trainer_values_lightning_documents_are_taken(override: str) -> None:
+    """The range rules refuse what would train wrongly or not at all, not what Lightning means."""
+    validated_run(compose_train("experiment=tiny", override))
 
 
 def test_unknown_key_is_rejected_at_compose_time() -> None:

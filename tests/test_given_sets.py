@@ -12,7 +12,7 @@ from compose import tiny_run
 from tiny import CORPUS
 
 from seq2seq.config import DataConfig, DataError
-from seq2seq.data.corpus import given_sets, held_out_sizes, load_splits
+from seq2seq.data.corpus import given_sets, held_out_sizes, held_out_split, load_splits
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.inference import cli
 from seq2seq.launch.start import start_run
@@ -42,6 +42,24 @@ def test_given_sets_are_used_as_they_are_and_not_carved_out_of_the_corpus(tmp_pa
     assert sources(splits["valid"]) == [line.split("\t")[0] for line in LINES[:20]]
     assert sources(splits["test"]) == [line.split("\t")[0] for line in LINES[20:45]]
     assert len(splits["train"]) == len(CORPUS.read_text(encoding="utf-8").splitlines())  # every pair
+
+
+def test_one_held_out_split_is_read_without_the_other_ones_file(tmp_path: Path) -> None:
+    """``translate.py --eval valid`` after the run's test file moved: only the split asked for is read."""
+    valid, test = write(tmp_path / "dev.tsv", LINES[:20]), write(tmp_path / "test.tsv", LINES[20:45])
+    given = config(tmp_path, valid_path=str(valid), test_path=str(test))
+    carved = config(tmp_path, test_path=str(test), valid_size=10)
+    before = {"given": load_splits(given)[0]["valid"], "carved": load_splits(carved)[0]["valid"]}
+    test.rename(tmp_path / "moved.tsv")
+    assert sources(held_out_split(given, "valid")) == sources(before["given"])
+    assert sources(held_out_split(carved, "valid")) == sources(before["carved"])  # the same rows carved
+    with pytest.raises(DataError, match="corpus file not found"):
+        held_out_split(given, "test")
+
+
+def test_a_given_set_that_matches_no_file_is_named_by_its_own_key(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match=r"^data\.valid_path '.*dev-\*\.tsv' matches no file"):
+        load_splits(config(tmp_path, valid_path=str(tmp_path / "dev-*.tsv")))
 
 
 def test_a_hub_corpus_takes_local_given_sets(tmp_path: Path) -> None:
@@ -145,3 +163,6 @@ def test_training_validates_and_evaluates_on_the_given_sets(tmp_path: Path, caps
     for split, count in (("valid", 12), ("test", 8)):
         assert cli.main(["--ckpt", str(ckpt), "--eval", split]) == 0
         assert f"sentences = {count}\n" in capsys.readouterr().out
+    test.rename(tmp_path / "moved.tsv")  # only the split asked for is read
+    assert cli.main(["--ckpt", str(ckpt), "--eval", "valid"]) == 0
+    assert "sentences = 12\n" in capsys.readouterr().out

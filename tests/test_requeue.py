@@ -13,10 +13,16 @@ from pathlib import Path
 
 import pytest
 import torch
-from compose import ROOT
+from compose import CONFIGS, ROOT
+from omegaconf import OmegaConf
 
 from seq2seq.command_line import TERMINATED
-from seq2seq.training.requeue import REQUEUE_SIGNAL, requeued_checkpoint
+from seq2seq.config import ConfigError
+from seq2seq.launch import start
+from seq2seq.launch.composing import compose_run
+from seq2seq.launch.ranks import register_resolvers
+from seq2seq.launch.start import settle_directory
+from seq2seq.training.requeue import REQUEUE_SIGNAL, requeued_checkpoint, starts_over
 
 JOB = "4242"
 FAKE_SCONTROL = """#!/bin/sh
@@ -120,6 +126,50 @@ def test_only_a_requeued_job_resumes_and_only_in_the_directory_named_after_it(tm
     assert requeued_checkpoint(own, own.name, {**env, "SLURM_RESTART_COUNT": "0"}) is None  # first start
     assert requeued_checkpoint(own, "slurm-7.0", env) is None  # another job's directory
     assert requeued_checkpoint(own, None, env) is None  # not an srun step
+
+
+def test_a_requeued_job_whose_predecessor_saved_nothing_starts_over(tmp_path, monkeypatch) -> None:
+    """Preempted before its first checkpoint: the directory holds logs but nothing to resume."""
+    env = slurm_env(tmp_path, restarts=1)
+    own = tmp_path / "runs" / f"slurm-{JOB}.0"
+    (own / "tensorboard").mkdir(parents=True)
+    assert starts_over(own, own.name, env)
+    assert not starts_over(own, own.name, {**env, "SLURM_RESTART_COUNT": "0"})  # a first start is refused
+    monkeypatch.chdir(tmp_path)
+    for name, value in env.items():  # the run directory's name resolves from the environment
+        monkeypatch.setenv(name, value)
+    register_resolvers()
+    ours, run_dir = settle_directory(compose_run(CONFIGS, ["experiment=tiny"], with_hydra=True), False, env)
+    run_dir.release()
+    assert run_dir.path == Path("runs") / own.name and not any("ckpt_path" in o for o in ours)
+    (own / "checkpoints").mkdir()
+    (own / "checkpoints" / "best.ckpt").write_bytes(b"a checkpoint")
+    assert not starts_over(own, own.name, env)  # a checkpoint to keep: never written over unasked
+
+
+@pytest.mark.parametrize("count", ["one", "-1", ""])
+def test_a_malformed_restart_count_is_one_line(tmp_path, count: str) -> None:
+    env = {"SLURM_RESTART_COUNT": count}
+    with pytest.raises(
+        ConfigError, match=rf"^SLURM_RESTART_COUNT must be a whole number >= 0, got '{count}'$"
+    ):
+        requeued_checkpoint(tmp_path, tmp_path.name, env)
+
+
+def test_the_warning_signal_requeues_from_the_start_of_the_run(tmp_path, monkeypatch) -> None:
+    """A warning while the data is prepared, before the trainer exists, requeues the job too."""
+    for name, value in slurm_env(tmp_path, restarts=0).items():
+        monkeypatch.setenv(name, value)
+    calls = tmp_path / "scontrol-calls"
+    (tmp_path / "bin" / "scontrol").write_text(f'#!/bin/sh\necho "$@" >> "{calls}"\n')  # records only
+
+    def preparing_data(cfg, claimed):
+        os.kill(os.getpid(), REQUEUE_SIGNAL)  # the handler runs here, before this returns
+        return {}
+
+    monkeypatch.setattr(start, "start_run", preparing_data)
+    start.run_job(OmegaConf.create(), start.Launch([], "recipe", None))
+    assert calls.read_text() == f"requeue {JOB}\n"
 
 
 def test_the_batch_script_asks_for_the_signal_that_requeues_and_to_be_requeued() -> None:

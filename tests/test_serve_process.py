@@ -117,6 +117,9 @@ def test_a_signal_lets_the_request_in_flight_finish_then_exits_zero(
             server.process.send_signal(sig)
             response = pending.result()
         assert response.status_code == 200
+        assert (
+            response.headers["Connection"] == "close"
+        )  # sent while draining: a keep-alive client reconnects
         want = [best.text for best, *_ in translator.translate(texts)]
         assert [t["text"] for t in response.json()["translations"]] == want
         assert server.process.wait(timeout=60) == 0
@@ -164,9 +167,9 @@ def test_sigterm_under_load_answers_each_request_200_or_json_503_in_time(checkpo
     statuses = [response.status_code for response in responses]
     assert set(statuses) <= {200, 503} and 503 in statuses  # minutes of work: the bound cut it short
     for response in responses:
+        assert response.headers["Connection"] == "close"  # a keep-alive client opens a new one
         if response.status_code == 503:
             assert response.json() == {"error": SHUTTING_DOWN} and response.headers["Retry-After"] == "1"
-            assert response.headers["Connection"] == "close"  # a keep-alive client opens a new one
         else:
             assert len(response.json()["translations"]) == len(HEAVY["text"])
     assert answered - signalled < graceful + 3  # slack for a loaded machine

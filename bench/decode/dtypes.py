@@ -38,7 +38,7 @@ from seq2seq.machine.hardware import INFERENCE_DTYPES, describe
 CT2_INT8 = "ct2-int8"  # the CTranslate2 int8 export of the checkpoint, as a decoder
 SHORTLISTED = "+shortlist"  # DTYPE+shortlist: with the shortlist beside the checkpoint
 CAPTURED = "+captured"  # DTYPE+captured: the decoder step compiled at fixed shapes
-CAPTURED_DTYPES = ("float32", "bfloat16", "float16")  # int8 weights are not captured
+CAPTURED_DTYPES = ("float32",)  # the captured step decodes in float32 only (capture_refusal)
 TARGETS = {
     "decode_test_beam5_seconds": 0.6,  # on a GPU: at most this, the base model's test split
     "decode_test_greedy_seconds": 0.25,

@@ -19,6 +19,7 @@ from dataclasses import replace
 from functools import partial
 from itertools import islice
 from pathlib import Path
+from typing import Any
 
 import datasets
 import numpy as np
@@ -241,11 +242,27 @@ def given_sets(cfg: DataConfig) -> dict[str, datasets.Dataset]:
     """The valid and test sets that ``data.valid_path`` and ``data.test_path`` name, read as
     ``data.path`` is read (format, columns, direction, malformed lines); those not given are absent."""
     paths = {"valid": cfg.valid_path, "test": cfg.test_path}
-    return {
-        name: load_corpus(replace(cfg, path=path, hub_dataset=None, hub_config=None))[0]
-        for name, path in paths.items()
-        if path is not None
-    }
+    return {name: _given_set(cfg, name, path) for name, path in paths.items() if path is not None}
+
+
+def _given_set(cfg: DataConfig, name: str, path: Any) -> datasets.Dataset:
+    """The set read as ``data.path``, with a failure naming the set's own key instead."""
+    try:
+        return load_corpus(replace(cfg, path=path, hub_dataset=None, hub_config=None))[0]
+    except DataError as err:
+        raise DataError(str(err).replace("data.path", f"data.{name}_path")) from err
+
+
+def held_out_split(cfg: DataConfig, name: str) -> datasets.Dataset:
+    """The ``valid`` or ``test`` split as training held it out, read without the other one's file,
+    which may have moved since: a given set is its file; a carved one is the same rows of the
+    corpus (the other set, given, carved none)."""
+    other = "test" if name == "valid" else "valid"
+    if getattr(cfg, f"{other}_path") is not None:  # drop_train_overlap shapes only the train split
+        cfg = replace(cfg, **{f"{other}_path": None, f"{other}_size": 0}, drop_train_overlap=False)
+    if getattr(cfg, f"{name}_path") is not None:
+        return given_sets(cfg)[name]
+    return load_splits(cfg)[0][name]
 
 
 def _save_split(

@@ -23,7 +23,7 @@ import numpy as np
 import pytorch_lightning as pl
 from torch.utils.data import DataLoader
 
-from seq2seq.config import DataConfig
+from seq2seq.config import DataConfig, DataError
 from seq2seq.data import batching, corpus, encoded
 from seq2seq.data.batching import Batch, collate
 from seq2seq.data.cache import build_once, digest
@@ -188,7 +188,14 @@ class TranslationDataModule(pl.LightningDataModule):
         return dataset.select(keep, new_fingerprint=fingerprint), lengths[keep], count
 
     def _report_too_long(self) -> None:
+        """A log line on the pairs over ``max_length``; a :class:`DataError` where no pair is left
+        to train on, which would end the run at once with no checkpoint."""
         count, share = self.stats["too_long_train_pairs"], self.stats["too_long_train_share"]
+        if self.stats["train_pairs"] == 0 and count:
+            raise DataError(
+                f"data.max_length={self.cfg.max_length} drops all {count} training pairs, each longer: "
+                "raise it, or set data.too_long=truncate"
+            )
         action = "dropped" if self.cfg.too_long == "drop" else "truncated"
         line = "%d training pairs (%.2f%%) exceed data.max_length=%d tokens and are %s (data.too_long)"
         args = (count, 100 * share, self.cfg.max_length, action)

@@ -100,6 +100,22 @@ def _new_cache(model: Transformer, sentences: int, beams: int, source: int, capa
 _DECODERS: weakref.WeakKeyDictionary[Transformer, CapturedDecoder] = weakref.WeakKeyDictionary()
 
 
+def capture_refusal(model: Transformer, shortlist: bool) -> str | None:
+    """Why the captured step would not decode as the eager search does, or None. In bf16 and fp16
+    the compiled step rounds where the eager one does not, and some translations change."""
+    if shortlist:
+        return "decode.capture does not work with a shortlist"
+    if any(isinstance(module, Int8Linear) for module in model.modules()):
+        return "decode.capture does not work with int8 weights"
+    if (dtype := model.generator.weight.dtype) != torch.float32:
+        name = str(dtype).removeprefix("torch.")
+        return (
+            f"decode.capture decodes in float32 only, not {name}, whose translations it changes: "
+            "use --dtype float32"
+        )
+    return None
+
+
 class CapturedSteps:
     """:class:`~seq2seq.decoding.steps.CachedSteps`' interface over a :class:`CapturedDecoder`.
 
@@ -116,10 +132,8 @@ class CapturedSteps:
         beams: int,
         candidates: Tensor | None = None,
     ) -> None:
-        if candidates is not None:
-            raise ConfigError("decode.capture does not work with a shortlist")
-        if any(isinstance(module, Int8Linear) for module in model.modules()):
-            raise ConfigError("decode.capture does not work with int8 weights")
+        if reason := capture_refusal(model, candidates is not None):
+            raise ConfigError(reason)
         self.model, self.beams, self.special = model, beams, model.special_ids
         n, source = src_mask.size(0), src_mask.size(-1)
         capacity = min(bucket(int(limits.max()), SHORTEST), model.cfg.max_positions)

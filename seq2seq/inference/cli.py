@@ -35,6 +35,7 @@ from seq2seq.command_line import (
     run_command,
 )
 from seq2seq.config import ConfigError, DataConfig, DataError, DecodeConfig
+from seq2seq.decoding.captured_steps import capture_refusal
 from seq2seq.decoding.shortlist import ShortlistError
 from seq2seq.formats.checkpoint import CheckpointError
 from seq2seq.formats.export_folder import ExportError
@@ -43,7 +44,7 @@ from seq2seq.inference.backends import open_model
 from seq2seq.inference.evaluation import evaluate, format_scores, read_eval_pairs
 from seq2seq.inference.shortlist import add_shortlist_argument, check_shortlist_argument, shortlist_of
 from seq2seq.inference.translator import Translation, Translator, TranslatorBase
-from seq2seq.machine.hardware import DeviceError
+from seq2seq.machine.hardware import AUTO, DeviceError, compile_blocker
 
 PROG = "translate.py"
 EXAMPLES = f"""examples:
@@ -136,7 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--capture",
         action="store_true",
-        help="compile the decoder step at fixed shapes, replayed as CUDA graphs on a GPU (decode.capture)",
+        help="compile the decoder step at fixed shapes, replayed as CUDA graphs on a GPU (decode.capture); "
+        "float32 only",
     )
     parser.add_argument(
         "--batch-tokens",
@@ -192,6 +194,15 @@ def _check(args: argparse.Namespace) -> None:
     check_shortlist_argument(args)
 
 
+def _check_capture(translator: Translator) -> None:
+    """``--capture``'s needs, before the first sentence: a model the captured step decodes as the
+    eager search does, and what ``compile=true`` needs on this device."""
+    if reason := capture_refusal(translator.model, translator.shortlist is not None):
+        raise UsageError(reason)
+    if blocker := compile_blocker(translator.device.type):
+        raise UsageError(f"--capture compiles the decoder step: {blocker}")
+
+
 def decode_cfg_from_args(cfg: DecodeConfig, args: argparse.Namespace) -> DecodeConfig:
     """The checkpoint's decoding config with the command-line overrides applied."""
     beam = args.beam or (1 if args.greedy or args.sample else None)
@@ -239,7 +250,7 @@ def _check_writable(option: str, path: str | None) -> None:
 
 
 @contextlib.contextmanager
-def _output(path: str | None) -> Iterator[TextIO]:
+def _output(path: str | None, option: str = "--output") -> Iterator[TextIO]:
     """stdout; ``path`` itself when it names a FIFO or a device (``/dev/stdout``, ``/dev/null``),
     which are streams to write into, not files to replace; else a temporary file renamed onto
     ``path`` only if the block succeeds.
@@ -271,8 +282,8 @@ def _output(path: str | None) -> Iterator[TextIO]:
                 os.unlink(temp)
     except BrokenPipeError:  # the reader left; main stops quietly
         raise
-    except OSError as err:
-        raise OutputError(str(err)) from err
+    except OSError as err:  # named as the user gave it: the temporary file is ours
+        raise OutputError(f"cannot write {option} {path or 'stdout'}: {err.strerror or err}") from err
 
 
 def _write(out: TextIO, index: int, translations: list[Translation], with_scores: bool) -> None:
@@ -301,8 +312,9 @@ def _eval_set(spec: str, data_cfg: DataConfig) -> tuple[list[str], list[list[str
             from seq2seq.data.streamed import build  # datasets: seconds to import, only needed here
 
             # the same grouped split training validated on
-            splits = build.held_out_text(data_cfg) if data_cfg.streaming else corpus.load_splits(data_cfg)[0]
-            return corpus.references(splits[spec])
+            if data_cfg.streaming:
+                return corpus.references(build.held_out_text(data_cfg)[spec])
+            return corpus.references(corpus.held_out_split(data_cfg, spec))
         columns = list(data_cfg.columns)
         return read_eval_pairs(spec, columns.index(data_cfg.source_lang), columns.index(data_cfg.target_lang))
     except OSError as err:  # the file, the corpus or its cache cannot be opened or written
@@ -362,7 +374,8 @@ def run(args: argparse.Namespace) -> int:
     _check_writable("--metrics-out", args.metrics_out)
     if isinstance(sys.stdin, io.TextIOWrapper):  # bytes that are not UTF-8 become U+FFFD, not a crash
         sys.stdin.reconfigure(errors="replace")
-    translator, facts, reason = open_model(args.ckpt, args.model, args.device, args.batch_tokens, args.dtype)
+    dtype = "float32" if args.capture and args.dtype == AUTO else args.dtype  # the captured step's only one
+    translator, facts, reason = open_model(args.ckpt, args.model, args.device, args.batch_tokens, dtype)
     vocabulary = facts.tokenizer.tgt_vocab_size
     if args.beam is not None and args.beam > vocabulary:  # a beam cannot hold more prefixes than tokens
         raise UsageError(f"--beam {args.beam} is more than the target vocabulary's {vocabulary} tokens")
@@ -371,6 +384,8 @@ def run(args: argparse.Namespace) -> int:
         translator.shortlist = shortlist_of(args, facts.tokenizer)
     if args.seed is not None:
         translator.seed(args.seed)
+    if args.capture:
+        _check_capture(translator)
     if args.interactive:
         with _output(None) as out:
             _interactive(translator, args, out)
@@ -387,7 +402,7 @@ def run(args: argparse.Namespace) -> int:
             with _output(args.output) as out:
                 out.writelines(text + "\n" for text in evaluation.hypotheses)
         if args.metrics_out:
-            with _output(args.metrics_out) as out:
+            with _output(args.metrics_out, "--metrics-out") as out:
                 json.dump(_metrics(args.eval, translator, reason, evaluation.scores, seconds), out, indent=1)
         return 0
     with _output(args.output) as out:

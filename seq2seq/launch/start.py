@@ -30,6 +30,7 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
+from pytorch_lightning.utilities import rank_zero_only
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from seq2seq.command_line import INTERRUPTED, TERMINATED
@@ -50,7 +51,7 @@ from seq2seq.launch.ranks import (
 from seq2seq.launch.recipe import choose_recipe
 from seq2seq.machine.hardware import settle_machine_choices
 from seq2seq.training.module import NonFiniteLossError
-from seq2seq.training.requeue import requeued_checkpoint
+from seq2seq.training.requeue import RequeueOnSignal, requeued_checkpoint, starts_over
 from seq2seq.training.run import train
 from seq2seq.training.starting_point import model_overrides
 
@@ -113,8 +114,9 @@ def settle_directory(
 
     A default name, the time to the second, gets a suffix if another run has it; a name that the
     user or the launch (:func:`launch_id`) chose is kept, and refused if taken, unless a requeued
-    SLURM job finds its own there: then it resumes from its ``last.ckpt``. Each job of a sweep
-    claims its own directory when it starts (:func:`start_run`).
+    SLURM job finds its own there: then it resumes from its ``last.ckpt``, or starts over where its
+    predecessor saved no checkpoint. Each job of a sweep claims its own directory when it starts
+    (:func:`start_run`).
     """
     given = [*config.hydra.overrides.hydra, *config.hydra.overrides.task]
     if conflict := run_dir_conflict(given, env):
@@ -128,14 +130,16 @@ def settle_directory(
     if multirun:
         return ours, None
     path = Path(config.output_dir) if config.output_dir else directory
-    ckpt_path = config.ckpt_path
+    ckpt_path, overwrite = config.ckpt_path, config.overwrite_output_dir
     if (last := requeued_checkpoint(path, launch_id(env), env)) is not None:  # every rank resumes
         ckpt_path = str(last)
         ours.append(f"ckpt_path={last}")
+    elif starts_over(path, launch_id(env), env):
+        overwrite = True
     if not leads_launch(env):
         return ours, None
     try:
-        return ours, RunDirectory.claim(path, resumes(ckpt_path, path), config.overwrite_output_dir, made)
+        return ours, RunDirectory.claim(path, resumes(ckpt_path, path), overwrite, made)
     except ConfigError:
         RunDirectory(directory, None, made, None).discard_unstarted()
         raise
@@ -171,7 +175,8 @@ def run_job(cfg: DictConfig, launch: Launch) -> float | None:
     traceback; returns ``val/bleu``, the value ``--multirun`` sweepers optimise."""
     log.info("%s", launch.recipe)
     try:
-        metrics = start_run(cfg, launch.run_dir)
+        with RequeueOnSignal(rank_zero_only.rank).armed():  # from the start: data preparation too
+            metrics = start_run(cfg, launch.run_dir)
     except (ConfigError, DataError, CheckpointError, NonFiniteLossError) as err:
         sys.exit(f"error: {err}")
     except KeyboardInterrupt:  # Ctrl-C: before training, or during it once last.ckpt is saved

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, TypeVar
@@ -161,8 +161,9 @@ def _install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(ClientGone, gone)
 
 
-def create_app(service: TranslationService) -> FastAPI:
-    """The app around ``service``; its batcher runs from startup to shutdown."""
+def create_app(service: TranslationService, draining: Callable[[], bool] = lambda: False) -> FastAPI:
+    """The app around ``service``; its batcher runs from startup to shutdown. Once ``draining()``
+    (the server's graceful shutdown has begun), every answer closes its connection."""
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -189,5 +190,6 @@ def create_app(service: TranslationService) -> FastAPI:
         metrics=service.batcher.metrics,
         max_body_bytes=service.limits.max_body_bytes,
         endpoints=ENDPOINTS,
+        draining=draining,
     )
     return app

@@ -13,9 +13,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import math
 import signal
 import socket
+import threading
 from collections.abc import Iterator
+from types import FrameType
 
 import uvicorn
 
@@ -100,8 +103,10 @@ def _check(args: argparse.Namespace) -> None:
         raise UsageError(f"--port must be in 0..65535, got {args.port}")
     check_shortlist_argument(args)
     for name in ("max_wait_ms", "graceful_timeout"):
-        if not getattr(args, name) >= 0:  # NaN too
-            raise UsageError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
+        if not 0 <= getattr(args, name) < math.inf:  # NaN too
+            raise UsageError(
+                f"--{name.replace('_', '-')} must be a finite number >= 0, got {getattr(args, name)}"
+            )
 
 
 def describe_model(facts: ModelFacts) -> str:
@@ -139,6 +144,19 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
+class DrainingServer(uvicorn.Server):
+    """uvicorn's server, which sets ``draining`` when its graceful shutdown begins: the app then
+    closes each connection it answers (uvicorn's h11 closes them without saying so)."""
+
+    def __init__(self, config: uvicorn.Config, draining: threading.Event) -> None:
+        super().__init__(config)
+        self.draining = draining
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self.draining.set()
+        super().handle_exit(sig, frame)
+
+
 @contextlib.contextmanager
 def _exit_zero_after_graceful_shutdown() -> Iterator[None]:
     """uvicorn re-raises the SIGINT/SIGTERM it handled once it has shut down, so the process dies
@@ -161,14 +179,15 @@ def run(args: argparse.Namespace) -> int:
     url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
     print(f"{describe_model(facts)}, {translator.compute}", flush=True)
     print(f"serving on {url} (page {url}/, API docs {url}/docs, metrics {url}/metrics)", flush=True)
+    draining = threading.Event()
     config = uvicorn.Config(
-        create_app(service),
+        create_app(service, draining.is_set),
         log_level="info",
         access_log=args.access_log,
         timeout_graceful_shutdown=args.graceful_timeout,
     )
     with _exit_zero_after_graceful_shutdown():
-        uvicorn.Server(config).run(sockets=[sock])
+        DrainingServer(config, draining).run(sockets=[sock])
     return 0
 
 

@@ -21,12 +21,16 @@ log = logging.getLogger(__name__)
 RETRY_AFTER_S = 1  # what a 503 tells the client to wait
 INTERNAL = "internal error; the server log has the details"
 SHUTTING_DOWN = "the server is shutting down and could not answer in time; retry"
-CLOSE = {"Connection": "close"}  # after a refused body (never read), and a 503 of a server that stops
+CLOSE = {"Connection": "close"}  # after a refused body (never read), and every answer of a server that stops
 
 
 def error_response(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
     """The body of every error the server answers: ``{"error": "<one line>"}``."""
     return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+
+def _without_connection(start: Message) -> list[tuple[bytes, bytes]]:
+    return [(name, value) for name, value in start.get("headers", []) if name.lower() != b"connection"]
 
 
 class BodyTooLarge(HTTPException):
@@ -40,9 +44,15 @@ class Edge:
     """Wraps the app: metrics for every request, the body limit, and JSON for every failure."""
 
     def __init__(
-        self, app: ASGIApp, metrics: ServingMetrics, max_body_bytes: int, endpoints: Collection[str]
+        self,
+        app: ASGIApp,
+        metrics: ServingMetrics,
+        max_body_bytes: int,
+        endpoints: Collection[str],
+        draining: Callable[[], bool],
     ) -> None:
         self.app = app
+        self.draining = draining
         self.metrics = metrics
         self.max_body_bytes = max_body_bytes
         self.endpoints = endpoints
@@ -60,6 +70,11 @@ class Edge:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
+                if self.draining():  # a keep-alive client's next request would meet a closed connection
+                    message = {
+                        **message,
+                        "headers": [*_without_connection(message), (b"connection", b"close")],
+                    }
             await send(message)
 
         try:

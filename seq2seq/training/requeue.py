@@ -5,18 +5,19 @@ limits", says what ``slurm/train.sbatch`` asks for."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
 import subprocess
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
-import pytorch_lightning as pl
 from lightning_fabric.plugins.environments import SLURMEnvironment
+
+from seq2seq.config import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -39,32 +40,53 @@ def slurm_job(env: Mapping[str, str]) -> str | None:
     return env.get("SLURM_JOB_ID")
 
 
+def requeued(run_dir: Path, launch_name: str | None, env: Mapping[str, str]) -> bool:
+    """Whether this is a requeued SLURM job (SLURM_RESTART_COUNT > 0) and ``run_dir`` is the one
+    named after it (``launch_name``, the same job id)."""
+    count = env.get("SLURM_RESTART_COUNT", "0")
+    if not count.strip().isdigit():
+        raise ConfigError(f"SLURM_RESTART_COUNT must be a whole number >= 0, got {count!r}")
+    return int(count) > 0 and run_dir.name == launch_name
+
+
 def requeued_checkpoint(run_dir: Path, launch_name: str | None, env: Mapping[str, str]) -> Path | None:
-    """``run_dir``'s ``checkpoints/last.ckpt`` if this is a requeued SLURM job (SLURM_RESTART_COUNT
-    > 0) and ``run_dir`` is the one named after it (``launch_name``, the same job id); else None."""
-    if int(env.get("SLURM_RESTART_COUNT", "0")) == 0 or run_dir.name != launch_name:
-        return None
+    """``run_dir``'s ``checkpoints/last.ckpt`` if this is a requeued job in its own directory
+    (:func:`requeued`); else None."""
     last = run_dir / "checkpoints" / "last.ckpt"
-    return last if last.is_file() else None
+    return last if requeued(run_dir, launch_name, env) and last.is_file() else None
 
 
-class RequeueOnSignal(pl.Callback):
+def starts_over(run_dir: Path, launch_name: str | None, env: Mapping[str, str]) -> bool:
+    """Whether this requeued job's predecessor was stopped before it saved any checkpoint: the
+    job then trains from the start over what it left (logs, tensorboard), as nothing can resume."""
+    return requeued(run_dir, launch_name, env) and not any((run_dir / "checkpoints").glob("*.ckpt"))
+
+
+class RequeueOnSignal:
     """On SLURM's warning signal, global rank 0 requeues the job with ``scontrol requeue``.
 
-    SLURM then ends the running job with SIGTERM, on which every rank stops at the next batch,
-    :class:`~seq2seq.training.checkpointing.SaveLast` saves ``last.ckpt`` and the process exits; the
-    requeued job resumes there. If ``scontrol`` fails, the run goes on to its time limit.
+    Armed for the whole run (:meth:`armed`), data preparation included, not only once the trainer
+    runs. SLURM then ends the running job with SIGTERM: in training every rank stops at the next
+    batch, :class:`~seq2seq.training.checkpointing.SaveLast` saves ``last.ckpt`` and the process
+    exits; before it, the process ends and the requeued job starts over (:func:`starts_over`). If
+    ``scontrol`` fails, the run goes on to its time limit.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, global_rank: int) -> None:
         self.job = slurm_job(os.environ) if SLURMEnvironment.detect() else None  # an srun task's job
-        self._requeuer: int | None = None  # the pid that requeues: global rank 0's training process
-        self._previous: Any = None
+        self._requeuer = os.getpid() if global_rank == 0 else None  # not a loader worker forked later
 
-    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        if self.job is not None and threading.current_thread() is threading.main_thread():
-            self._requeuer = os.getpid() if trainer.is_global_zero else None
-            self._previous = signal.signal(REQUEUE_SIGNAL, self._requeue)  # on every rank: its default kills
+    @contextlib.contextmanager
+    def armed(self) -> Iterator[None]:
+        """The handler installed on every rank (the signal's default action kills), then the previous one."""
+        if self.job is None or threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = signal.signal(REQUEUE_SIGNAL, self._requeue)
+        try:
+            yield
+        finally:
+            signal.signal(REQUEUE_SIGNAL, previous)
 
     def _requeue(self, signum: int, frame: FrameType | None) -> None:
         if os.getpid() != self._requeuer:  # another rank, or a loader worker forked with this handler
@@ -77,8 +99,3 @@ class RequeueOnSignal(pl.Callback):
             return
         if done.returncode != 0:
             log.warning("scontrol requeue failed (%d): %s", done.returncode, done.stderr.strip())
-
-    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        if self._previous is not None:
-            signal.signal(REQUEUE_SIGNAL, self._previous)
-            self._previous = None

@@ -27,7 +27,7 @@ from seq2seq.training.final_validation import ValidateAtTheEnd
 from seq2seq.training.module import TranslationModule
 from seq2seq.training.monitoring import TensorBoardPanels
 from seq2seq.training.progress_log import GlobalBatch, ProgressLog
-from seq2seq.training.requeue import RequeueOnSignal, slurm_environment
+from seq2seq.training.requeue import slurm_environment
 from seq2seq.training.starting_point import load_weights, open_start
 from seq2seq.training.time_shares import TimeShares
 
@@ -60,7 +60,6 @@ def build_trainer(run: RunConfig, run_dir: Path) -> pl.Trainer:
         TimeShares(),
         GlobalBatch(run.data.max_tokens),
         ProgressLog(callbacks_cfg.progress_every_n_steps, callbacks_cfg.progress_every_s),
-        RequeueOnSignal(),
     ]
     if callbacks_cfg.keep_last:
         # Weights only, for averaging (python -m seq2seq.training.average); "step" always rises, so the top N
