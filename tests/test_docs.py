@@ -7,19 +7,26 @@ included, every job of a sweep; a training run must also pass the rules of ``seq
 unless its paragraph shows the error it gets (`` `error: ...` ``), which must then be that error.
 A ``translate.py``, ``serve.py``, ``python -m seq2seq.export`` or ``python -m seq2seq.training.average``
 command in a fenced block is parsed by that command's own parser; one in prose, often a fragment
-(``translate.py --eval``), and a ``python -m bench.<family>.<name>`` or ``python -m tools.docs.<name>``
-command may use only the flags its parser has (``--help`` for these scripts, which build their
-parsers in ``main``). Placeholders such as ``<run>``, ``N`` or ``$SLURM_NNODES`` stand for any
-value; ``[overrides]`` and ``...`` for nothing.
+(``translate.py --eval``), may use only the flags its parser has. A ``python -m bench.<family>.<name>``
+or ``python -m tools.docs.<name>`` command, fenced or in prose, must parse with its script's parser
+(built in ``main``; the script stops once its arguments are parsed), so a missing required argument
+fails. The fenced ``translate.py``, shortlist, export, averaging and ``bench.decode.dtypes`` lines of
+each page then run, in the page's order, on the tiny trained checkpoint standing in for every
+checkpoint the page names: a line that needs something the page never makes fails. Placeholders
+such as ``<run>``, ``N`` or ``$SLURM_NNODES`` stand for any value; ``[overrides]`` and ``...`` for
+nothing.
 """
 
 from __future__ import annotations
 
+import argparse
+import io
 import re
 import shlex
+import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields
-from functools import cache
+from pathlib import Path
 
 import pytest
 from compose import CONFIGS, ROOT
@@ -41,7 +48,7 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 SHELL_BLOCKS = {"", "bash", "sh", "shell", "console"}
 FENCE = re.compile(r"^```(\S*)\s*$")
 INLINE = re.compile(r"`([^`]+)`")
-PLACEHOLDER = re.compile(r"<[^<>]*>|\$\{?\w+\}?|…")  # <run>, <machine 0>, $SLURM_NNODES
+PLACEHOLDER = re.compile(r"<[^<>\s][^<>]*>|\$\{?\w+\}?|…")  # <run>, <machine 0>, $SLURM_NNODES
 CONFIG_HEADS = {*(f.name for f in fields(RunConfig)), "experiment", "hparams_search", "hydra"}
 ENTRY_POINTS = ("train.py", "translate.py", "serve.py")
 OVERRIDE = re.compile(r"\+{0,2}(\w+)(\.\w+)*=\S+")
@@ -221,16 +228,81 @@ def test_a_command_mentioned_in_prose_uses_only_its_flags(cmd: Command) -> None:
     assert cmd.flags() <= known, f"{cmd}: no such flag {sorted(cmd.flags() - known)}"
 
 
-@cache
-def script_flags(script: str) -> set[str]:
-    """The options ``python SCRIPT --help`` lists."""
-    result = python(*script.split(), "--help")
-    assert result.returncode == 0, result.stderr
-    return flags(result.stdout)
+class Parsed(SystemExit):
+    """Raised where a script's parser returns: its arguments parse, and the script does nothing."""
+
+
+def parsed_only(program: str, args: list[str], monkeypatch: pytest.MonkeyPatch) -> tuple[int, str]:
+    """(exit status, stderr) of ``python PROGRAM ARGS`` stopped where its arguments are parsed."""
+    parse = argparse.ArgumentParser.parse_args
+
+    def parse_then_stop(self: argparse.ArgumentParser, *a, **kw) -> argparse.Namespace:
+        parse(self, *a, **kw)
+        raise Parsed(0)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(argparse.ArgumentParser, "parse_args", parse_then_stop)
+        result = python(*program.split(), *args)
+    return result.returncode, result.stderr
+
+
+@pytest.mark.parametrize("cmd", [c for c in COMMANDS if SCRIPT.fullmatch(c.program)], ids=str)
+def test_a_documented_script_command_parses(cmd: Command, monkeypatch: pytest.MonkeyPatch) -> None:
+    args = [arg.strip("[]") for arg in cmd.args if arg.strip("[]") not in ("", "...")]
+    code, stderr = parsed_only(cmd.program, args, monkeypatch)
+    assert code == 0, f"{cmd}: {stderr.strip().splitlines()[-1:]}"
+
+
+RUN = ("translate.py", "-m seq2seq.inference.shortlist", "-m seq2seq.export", "-m seq2seq.training.average",
+       "-m bench.decode.dtypes")  # fmt: skip
+CHECKPOINTS = ("best.ckpt", "runs/x/checkpoints/best.ckpt", "runs/x/checkpoints/last.ckpt",
+               "runs/x/checkpoints/step-100.ckpt", "runs/x/checkpoints/step-200.ckpt",
+               "runs/es-en/checkpoints/best.ckpt", "runs/es-en-dev/checkpoints/best.ckpt")  # fmt: skip
+
+
+def runnable(page: Path) -> list[tuple[int, str, list[str]]]:
+    """(line, program, arguments) of the page's fenced commands that :data:`RUN` holds, in order."""
+    found = []
+    for number, line, fenced, _ in shell_lines(page.read_text()):
+        for words in segments(line) if fenced else ():
+            if (known := command(words, fenced)) and known[0] in RUN:
+                found.append((number, *known))
+    return found
+
+
+RUNNABLE = {page.name: runnable(page) for page in PAGES if runnable(page)}
+
+
+def test_the_pages_run_what_they_show() -> None:
+    shown = {program for commands in RUNNABLE.values() for _, program, _ in commands}
+    assert shown == set(RUN) and {"README.md", "translating.md", "performance.md"} <= set(RUNNABLE)
+
+
+def expanded(args: list[str], directory: Path) -> list[str]:
+    """``args`` with each glob (``step-*.ckpt``) expanded in ``directory``, as a shell would."""
+    names = []
+    for arg in args:
+        matches = sorted(directory.glob(arg)) if "*" in arg else []
+        names += [str(path.relative_to(directory)) for path in matches] or [arg]
+    return names
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("cmd", [c for c in COMMANDS if SCRIPT.fullmatch(c.program)], ids=str)
-def test_a_documented_script_command_uses_only_its_flags(cmd: Command) -> None:
-    known = script_flags(cmd.program)
-    assert cmd.flags() <= known, f"{cmd}: no such flag {sorted(cmd.flags() - known)}"
+@pytest.mark.parametrize("page", sorted(RUNNABLE))
+def test_a_page_s_decoding_commands_run_in_order(
+    page: str, trained_ckpt: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each command exits 0 in a directory holding the tiny checkpoint under every name the pages
+    use, a few input files, and what the page's earlier commands wrote (a shortlist, an export)."""
+    for name in CHECKPOINTS:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(trained_ckpt, tmp_path / name)
+    pairs = (ROOT / "tests" / "fixtures" / "tiny.tsv").read_text(encoding="utf-8").splitlines()[:5]
+    (tmp_path / "my_pairs.tsv").write_text("\n".join(pairs) + "\n", encoding="utf-8")
+    (tmp_path / "mine.en").write_text("".join(p.split("\t")[0] + "\n" for p in pairs), encoding="utf-8")
+    monkeypatch.syspath_prepend(str(ROOT))  # bench/, as from the repository root
+    for number, program, args in RUNNABLE[page]:
+        monkeypatch.setattr("sys.stdin", io.StringIO("How are you?\n"))  # cat file.en | translate.py
+        argv = [str(ROOT / program)] if program in ENTRY_POINTS else program.split()
+        result = python(*argv, *expanded(args, tmp_path), cwd=tmp_path)
+        assert result.returncode == 0, f"{page}:{number}: {program} {' '.join(args)}\n{result.stderr[-2000:]}"
