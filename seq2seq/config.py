@@ -130,9 +130,7 @@ class DataConfig:
     tokenizer_max_pairs: int = 1_000_000  # BPE learns from at most this many training pairs, evenly spread
     max_tokens: int = 4096  # token budget of one training batch (padded tokens)
     static_shapes: bool = False  # training batches in a few fixed shapes: compile=true then captures the step
-    shape_rungs: list[int] | None = (
-        None  # static_shapes: rung lengths below max_length + 1; null: 1.125x apart
-    )
+    shape_rungs: list[int] | None = None  # static_shapes: rungs under max_length + 1; null: 1.125x apart
     eval_max_tokens: int = 4096  # token budget of evaluation batches (loss and decoding) and of translate.py
     num_workers: int = 1  # worker processes of the training loader; evaluation loads in the process
     cache_dir: str = "~/.cache/seq2seq"  # cleaned corpus, split, tokenizers and encodings

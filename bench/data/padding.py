@@ -5,12 +5,14 @@ The training split of the default data settings, batched as the token-budget sam
 gives as many batches; the share of the source and target tensors that is padding, over all batches.
 With static shapes, both tensors of a batch are padded to its rung and to its rung's rows (filler
 rows count as padding), on ladders of several growths and on few-shape ladders: the rungs that pad
-the epoch's pairs least for 8, 6, 5 and 4 shapes, and the GPU recipe's ``data.shape_rungs``. The
-ratios are the default ladder's padding over the token-budget batches', in points, and the GPU
-recipe's ladder's over the default's. With ``--record``, a table record of the ladders for
-docs/records/; ``--max-tokens`` sets the token budget (the GPU recipe's is 16384).
+the epoch's pairs least for 8, 6, 5 and 4 shapes, and the GPU recipe's ``data.shape_rungs``
+(labelled where it is one of them). The ratios are the default ladder's padding over the
+token-budget batches', in points, and the GPU recipe's ladder's over the default's. With
+``--record``, a table record of the ladders for docs/records/; ``--max-tokens`` sets the token
+budget (the GPU recipe's is 16384), ``--growths`` the geometric ladders.
 
-    python -m bench.data.padding --max-tokens 16384 --record docs/records/static-shapes-few.json
+    python -m bench.data.padding --max-tokens 16384 --growths 1.125 \
+        --record docs/records/static-shapes-few.json
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ TARGETS = {
 LADDERS = (1.0625, GROWTH, 1.25, 1.5)  # growths of the ladders compared: more rungs, less padding
 FEW = (8, 6, 5, 4)  # shapes of the fitted ladders compared
 RECIPE = ROOT / "configs" / "experiment" / "spa_en_gpu.yaml"  # its data.shape_rungs: the GPU recipe's ladder
+RECIPE_LABEL = "the GPU recipe's"
 
 HEADER = [
     "ladder",
@@ -54,7 +57,6 @@ HEADER = [
     "shapes in the epoch",
     "batches",
     "padding",
-    "points over token-budget batches",
 ]
 
 
@@ -97,27 +99,30 @@ def _static_padding(src_len: np.ndarray, tgt_len: np.ndarray, shapes: StaticShap
     return 1.0 - real / padded, len(set(seen)), len(seen)
 
 
-def _ladders(cfg: DataConfig, lengths: np.ndarray) -> dict[str, StaticShapes]:
-    """The ladders compared, by row label: geometric ones, fitted few-shape ones, the GPU recipe's."""
-    top = cfg.max_length + 1
+def _ladders(cfg: DataConfig, lengths: np.ndarray, growths: tuple[float, ...]) -> dict[str, StaticShapes]:
+    """The ladders compared, by row label: geometric ones, then fitted few-shape ones, one of which
+    may be the GPU recipe's."""
     ladders = {
         f"growth {growth:g}" + (" (the default)" if growth == GROWTH else ""): StaticShapes.of(
             cfg.max_length, cfg.max_tokens, growth
         )
-        for growth in LADDERS
+        for growth in growths
     }
-    for count in FEW:
-        rungs = fitted_rungs(lengths, count, top)
-        ladders[f"fitted, {count} shapes"] = StaticShapes.of(cfg.max_length, cfg.max_tokens, rungs=rungs)
-    recipe = OmegaConf.load(RECIPE).data.shape_rungs
-    ladders["the GPU recipe's data.shape_rungs"] = StaticShapes.of(
-        cfg.max_length, cfg.max_tokens, rungs=tuple(recipe)
+    recipe = StaticShapes.of(
+        cfg.max_length, cfg.max_tokens, rungs=tuple(OmegaConf.load(RECIPE).data.shape_rungs)
     )
+    for count in FEW:
+        shapes = StaticShapes.of(
+            cfg.max_length, cfg.max_tokens, rungs=fitted_rungs(lengths, count, cfg.max_length + 1)
+        )
+        ladders[f"fitted, {count} shapes" + (f" ({RECIPE_LABEL})" if shapes == recipe else "")] = shapes
+    if not any(RECIPE_LABEL in label for label in ladders):
+        ladders[RECIPE_LABEL] = recipe
     return ladders
 
 
 def padding_report(
-    cache_dir: Path, max_tokens: int
+    cache_dir: Path, max_tokens: int, growths: tuple[float, ...]
 ) -> tuple[float, float, int, list[list[str]], dict[str, float]]:
     """Padding of token-budget batches vs random batches with the same mean tokens per batch; the
     rows of the static ladders and the ratios: the default ladder's points over the token-budget
@@ -135,16 +140,15 @@ def padding_report(
     fixed = [order[i : i + fixed_size] for i in range(0, len(order), fixed_size)]
     budget_padding = _padding(src_len, tgt_len, budget)
     rows, points = [], {}
-    for label, shapes in _ladders(cfg, np.maximum(src_len, tgt_len) + 1).items():
+    for label, shapes in _ladders(cfg, np.maximum(src_len, tgt_len) + 1, growths).items():
         padding, seen, batches = _static_padding(src_len, tgt_len, shapes)
         points[label] = 100 * (padding - budget_padding)
-        rungs = " ".join(map(str, shapes.rungs)) if len(shapes.rungs) <= max(FEW) else str(len(shapes.rungs))
-        cells = [rungs, str(seen), str(batches), f"{100 * padding:.1f} %", f"{points[label]:.1f}"]
+        rungs = ",".join(map(str, shapes.rungs)) if len(shapes.rungs) <= max(FEW) else str(len(shapes.rungs))
+        cells = [rungs, str(seen), str(batches), f"{100 * padding:.1f} %"]
         rows.append([label, *cells])
-    rows.append(
-        ["none: token-budget batches", "", "", str(len(budget)), f"{100 * budget_padding:.1f} %", "0"]
-    )
-    default, recipe = points[f"growth {GROWTH:g} (the default)"], points["the GPU recipe's data.shape_rungs"]
+    rows.append(["none: token-budget batches", "", "", str(len(budget)), f"{100 * budget_padding:.1f} %"])
+    default = points[f"growth {GROWTH:g} (the default)"]
+    recipe = next(value for label, value in points.items() if RECIPE_LABEL in label)
     ratios = {"padding_points_static_shapes": default, "padding_points_recipe_over_default": recipe - default}
     return budget_padding, _padding(src_len, tgt_len, fixed), fixed_size, rows, ratios
 
@@ -153,6 +157,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--record", type=Path, help="write the table record of the static ladders here")
     parser.add_argument(
+        "--growths", type=float, nargs="+", default=LADDERS, help="geometric ladders compared"
+    )
+    parser.add_argument(
         "--max-tokens", type=int, default=DataConfig.max_tokens, help="token budget of a training batch"
     )
     add_target_option(parser, TARGETS)
@@ -160,7 +167,9 @@ def main() -> None:
     machine = describe()
     print(machine)
     with tempfile.TemporaryDirectory() as scratch:
-        budget, fixed, fixed_size, rows, ratios = padding_report(Path(scratch), args.max_tokens)
+        budget, fixed, fixed_size, rows, ratios = padding_report(
+            Path(scratch), args.max_tokens, tuple(args.growths)
+        )
     print(f"padding: token budget {budget:.3f}, random batches of {fixed_size} {fixed:.3f}")
     header = [f"{HEADER[0]} (data.max_tokens={args.max_tokens})", *HEADER[1:]]
     for row in [header, *rows]:

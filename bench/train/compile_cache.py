@@ -4,9 +4,10 @@ Two fresh processes in turn train one step of each of the GPU recipe's batch sha
 ``data.shape_rungs`` and ``data.max_tokens``) through the captured step (``compile=true`` with
 ``data.static_shapes=true``, inductor) of the ``tiny`` model, with the compile cache in a new
 scratch folder: the first compiles each shape and fills the cache, the second loads it. A shape's
-seconds are its first step's; the ratio is the second process's sum over the first's.
+seconds are its first step's; the ratio is the second process's sum over the first's. ``--shapes N``
+keeps the ladder's first N shapes, where compiling them all would take too long (a loaded CPU).
 
-    python -m bench.train.compile_cache [--device cpu|cuda] [--model tiny] [--record PATH]
+    python -m bench.train.compile_cache [--device cpu|cuda] [--model tiny] [--shapes N] [--record PATH]
 """
 
 from __future__ import annotations
@@ -59,15 +60,18 @@ def _batch(rows: int, rung: int, device: torch.device) -> Batch:
     return Batch.of(src.to(device), tgt_in.to(device), src.to(device))
 
 
-def compile_seconds(root: Path, device: torch.device, model: str) -> list[tuple[str, float]]:
-    """Each shape's first training step, in seconds, through a captured step caching under ``root``."""
+def compile_seconds(
+    root: Path, device: torch.device, model: str, count: int | None
+) -> list[tuple[str, float]]:
+    """The first training step of each of the ladder's first ``count`` shapes (None: all), in
+    seconds, through a captured step caching under ``root``."""
     torch.manual_seed(0)
     net = Transformer(model_config(model), VOCAB, VOCAB).to(device)
     shapes = recipe_shapes()
     step = CapturedStep(net, 0.1, len(shapes.rungs), cache_root=root)
     train = train_step_fn(net, captured_loss(step), torch.float32)
     seconds = []
-    for rung in shapes.rungs:
+    for rung in shapes.rungs[:count]:
         rows, _ = shapes.shape(rung)
         batch = _batch(rows, rung, device)
         start = time.perf_counter()
@@ -82,6 +86,7 @@ def _process(root: Path, args: argparse.Namespace) -> list[tuple[str, float]]:
     """:func:`compile_seconds` in a fresh Python process: nothing compiled in memory beforehand."""
     command = [sys.executable, "-m", "bench.train.compile_cache", "--child", str(root)]
     command += ["--device", args.device, "--model", args.model]
+    command += [] if args.shapes is None else ["--shapes", str(args.shapes)]
     done = subprocess.run(command, capture_output=True, text=True, check=True)
     return [tuple(pair) for pair in json.loads(done.stdout.splitlines()[-1])]
 
@@ -90,12 +95,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--model", default="tiny", help="configs/model/ size of the compiled model")
+    parser.add_argument("--shapes", type=int, help="the ladder's first N shapes only (default: all)")
     parser.add_argument("--record", type=Path, help="write the table record here")
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)  # one process's measurement
     add_target_option(parser, TARGETS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(compile_seconds(args.child, torch.device(args.device), args.model)))
+        print(json.dumps(compile_seconds(args.child, torch.device(args.device), args.model, args.shapes)))
         return
     machine = describe()
     print(machine)
@@ -113,9 +119,11 @@ def main() -> None:
         print(ratio_line(name, value, target_for(name, goals), digits=3))
     if args.record:
         notes = (
-            f"python -m bench.train.compile_cache --device {args.device} --model {args.model}: one "
-            "training step of each of the GPU recipe's batch shapes through the captured step (inductor), "
-            "in two fresh processes sharing a new compile cache; a shape's seconds are its first step's"
+            f"python -m bench.train.compile_cache --device {args.device} --model {args.model}"
+            + ("" if args.shapes is None else f" --shapes {args.shapes}")
+            + ": one training step of each of the GPU recipe's batch shapes (or its first N) through the "
+            "captured step (inductor), in two fresh processes sharing a new compile cache; a shape's "
+            "seconds are its first step's"
         )
         write_record(args.record, table_record(args.record.stem, machine, notes, header, rows, ratios))
 
