@@ -54,7 +54,7 @@ RECIPE_LABEL = "the GPU recipe's"
 HEADER = [
     "ladder",
     "rungs",
-    "shapes in the epoch",
+    "shapes seen",
     "batches",
     "padding",
 ]
