@@ -106,7 +106,7 @@ def test_the_fitted_rungs_pad_least_of_all_ladders_of_their_size() -> None:
         fitted = fitted_rungs(lengths, count, top=12)
         assert len(fitted) == count and fitted[-1] == 12
         best = min(
-            StaticShapes.of(11, 1024, rungs=low).rounded(lengths).sum()
+            StaticShapes.of(11, 1024, rungs=(*low, 12)).rounded(lengths).sum()
             for low in combinations(range(2, 12), count - 1)
         )
         assert StaticShapes.of(11, 1024, rungs=fitted).rounded(lengths).sum() == best

@@ -52,7 +52,8 @@ def compile_cache(root: Path, torch_version: str, device: str, shape: str) -> Pa
 def use_compile_cache(folder: Path) -> None:
     """Points inductor's caches (its FX graphs, AOT autograd's forward and backward, Triton's
     kernels below them) at ``folder`` for the rest of the process: every compile after this reads
-    and writes there."""
+    and writes there. Every rank of a distributed run shares it: inductor writes each entry whole
+    (a temporary file renamed), so a rank reads an entry complete or not at all."""
     folder.mkdir(parents=True, exist_ok=True)
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(folder)  # read by inductor at each compile
     torch._inductor.config.fx_graph_cache = True
