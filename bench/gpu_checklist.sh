@@ -7,8 +7,9 @@
 # (python -m bench.train.step_profile --device cuda), the training-step
 # benchmarks, the captured step (compile=true with data.static_shapes=true: python -m
 # bench.train.step --capture, with inductor's CUDA graphs and with CUDA graphs alone), the recipe
-# trained captured (part capture_train: dropout on from the start, so no shape compiles twice; the
-# compile time per batch shape in compile_times.txt), and the tests (one pytest-xdist worker per
+# trained captured (part capture_train: on its ladder, data.shape_rungs, dropout on from the start
+# so no shape compiles twice; then a one-minute run of it again, whose shapes load from the compile
+# cache under data.cache_dir; the compile time per batch shape of each in compile_times.txt), and the tests (one pytest-xdist worker per
 # core, as everywhere: tests/conftest.py gives each worker its share of threads). On request, the
 # part batch: the batch study, one recipe run per size in BATCHES (see below). Each step gets
 # what is left of one deadline, so a slow step shortens the ones after it instead of losing them;
@@ -21,7 +22,9 @@
 # profile train_step capture capture_train tests") picks the parts, e.g. PARTS=tests for a second
 # command on the same machine; decode reuses the checkpoint of an earlier train in RUN_DIR when
 # there is one. PARTS="train decode profile capture" with TRAIN_MINUTES 3 and DEADLINE_SECONDS 540
-# fits one 10-minute command.
+# fits one 10-minute command, as does PARTS=capture_train with TRAIN_MINUTES 4 and DEADLINE_SECONDS 540.
+# On request, PARTS=compile_cache: python -m bench.train.compile_cache for the base model, two processes.
+# DRY_RUN=1 prints each step's command instead of running it.
 set -u
 out=${1:?usage: bench/gpu_checklist.sh OUT_DIR [TRAIN_MINUTES] [DEADLINE_SECONDS]}
 minutes=${2:-15}
@@ -37,6 +40,7 @@ step() {
     local name=$1 cap=$2 start=$SECONDS
     shift 2
     local budget=$(( $(left) < cap ? $(left) : cap ))
+    if [[ -n ${DRY_RUN:-} ]]; then echo "== $name (cap ${budget}s): $*" | tee -a "$out/steps.txt"; return; fi
     if ((budget < 10)); then echo "== $name: skipped, ${budget}s left" | tee -a "$out/steps.txt"; return; fi
     timeout --signal=INT --kill-after=20 "$budget" "$@" >"$out/$name.log" 2>&1
     echo "== $name: rc $? in $((SECONDS - start))s (cap ${budget}s)" | tee -a "$out/steps.txt"
@@ -63,7 +67,7 @@ recipe() {
         "trainer.max_time=00:00:$(printf %02d "$minutes"):00" "hydra.run.dir=$dir" "$@"
     kill "$sampler" 2>/dev/null
     # Whole process, and from the first busy sample to the last: training with its validations.
-    "$python" - "$out/${name}_util.csv" <<'EOF2' | tee "$out/${name}_util.txt"
+    [[ -z ${DRY_RUN:-} ]] && "$python" - "$out/${name}_util.csv" <<'EOF2' | tee "$out/${name}_util.txt"
 import statistics, sys
 rows = [line.split(", ") for line in open(sys.argv[1]) if line.count(",") == 2]
 util, memory = [float(r[1]) for r in rows], [float(r[2]) for r in rows]
@@ -107,9 +111,18 @@ if [[ $parts == *" capture "* ]]; then
     done
 fi
 if [[ $parts == *" capture_train "* ]] && ((minutes > 0)); then
-    recipe gpu-checklist-captured "$run_dir-captured" data.static_shapes=true compile=true optim.dropout_min_epochs=0
-    grep -h "compiled the training step" "$run_dir-captured/train.log" | tee "$out/compile_times.txt"
+    captured=(data.static_shapes=true compile=true optim.dropout_min_epochs=0)
+    recipe gpu-checklist-captured "$run_dir-captured" "${captured[@]}"
+    # the same recipe again, its shapes' graphs from the compile cache the first run filled
+    rm -rf "$run_dir-captured-again"
+    step capture_train_again 240 "$python" train.py trainer.max_time=00:00:01:00 \
+        "hydra.run.dir=$run_dir-captured-again" "${captured[@]}"
+    for run in captured captured-again; do
+        echo "# $run" && grep -h "compiled the training step\|compiled graphs cached\|budget:" "$run_dir-$run/train.log"
+    done 2>&1 | tee "$out/compile_times.txt"
 fi
+[[ $parts == *" compile_cache "* ]] && step compile_cache 540 "$python" -m bench.train.compile_cache --device cuda \
+    --model base
 # The batch study: the recipe at each of BATCHES tokens per batch (default 32768 65536 131072), the
 # learning rate scaled by the square root of the batch's size against the recipe's 16,384 tokens and
 # the warm-up kept in tokens; one record each (e.g. BATCHES=65536 PARTS=batch for one 10-minute command).

@@ -16,6 +16,7 @@ import codecs
 import math
 import re
 from dataclasses import dataclass, field, fields, is_dataclass, replace
+from itertools import pairwise
 from typing import Any, get_type_hints
 
 from hydra.core.config_store import ConfigStore
@@ -129,6 +130,7 @@ class DataConfig:
     tokenizer_max_pairs: int = 1_000_000  # BPE learns from at most this many training pairs, evenly spread
     max_tokens: int = 4096  # token budget of one training batch (padded tokens)
     static_shapes: bool = False  # training batches in a few fixed shapes: compile=true then captures the step
+    shape_rungs: list[int] | None = None  # static_shapes: rungs under max_length + 1; null: 1.125x apart
     eval_max_tokens: int = 4096  # token budget of evaluation batches (loss and decoding) and of translate.py
     num_workers: int = 1  # worker processes of the training loader; evaluation loads in the process
     cache_dir: str = "~/.cache/seq2seq"  # cleaned corpus, split, tokenizers and encodings
@@ -170,6 +172,19 @@ class DataConfig:
             raise ConfigError(
                 f"data.max_tokens ({self.max_tokens}) is smaller than the longest allowed "
                 f"sentence (data.max_length + 2 = {self.max_length + 2})"
+            )
+
+        self._check_rungs()
+
+    def _check_rungs(self) -> None:
+        """Static shapes' rungs climb, and each fits a pair (BOS/EOS) within the longest allowed one."""
+        rungs = list(self.shape_rungs or [])
+        if any(low >= high for low, high in pairwise(rungs)) or any(
+            not 2 <= rung <= self.max_length + 1 for rung in rungs
+        ):
+            raise ConfigError(
+                f"data.shape_rungs must climb from 2 to at most data.max_length + 1 = {self.max_length + 1}, "
+                f"got {rungs}"
             )
 
     def _check_source(self) -> None:

@@ -24,7 +24,12 @@ from seq2seq.launch.start import start_run
 from seq2seq.machine.hardware import compile_blocker
 from seq2seq.model import Transformer
 from seq2seq.training import captured_step
-from seq2seq.training.captured_step import CapturedStep
+from seq2seq.training.captured_step import (
+    CapturedStep,
+    compile_cache,
+    device_name,
+    model_shape,
+)
 from seq2seq.training.loss import LossSums, sequence_loss
 from seq2seq.training.optimizers import adamw
 
@@ -101,6 +106,55 @@ def test_the_captured_step_compiles_once_per_shape_and_trains_as_eager(
     assert [line is not None for line in lines] == [True, True, False, False]  # a new shape's step
     rows, length = batches[1].src.shape
     assert lines[1].startswith(f"compiled the training step for batches of {rows} x {length} tokens in")
+    assert f"(2 shapes so far, {step.compile_seconds:.1f} s in all)" in lines[1]
+
+
+def test_the_compile_cache_is_another_folder_for_another_torch_device_or_model(
+    tiny_model_cfg: ModelConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    version, cpu = "2.13.0 abc", device_name(torch.device("cpu"))
+    shape = model_shape(Transformer(tiny_model_cfg, 40, 40))
+    folder = compile_cache(tmp_path, version, cpu, shape)
+    assert folder.parent == tmp_path / "compile"
+    assert compile_cache(tmp_path, version, cpu, model_shape(Transformer(tiny_model_cfg, 40, 40))) == folder
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "ANOTHER_ISA")
+    others = [
+        compile_cache(tmp_path, "2.12.0 abc", cpu, shape),
+        compile_cache(tmp_path, "2.13.0 def", cpu, shape),
+        compile_cache(tmp_path, version, device_name(torch.device("cpu")), shape),
+        compile_cache(tmp_path, version, "cuda NVIDIA H200 sm_90", shape),
+        compile_cache(tmp_path, version, cpu, model_shape(Transformer(tiny_model_cfg, 41, 41))),
+        compile_cache(
+            tmp_path, version, cpu, model_shape(Transformer(replace(tiny_model_cfg, d_ff=48), 40, 40))
+        ),
+        compile_cache(
+            tmp_path,
+            version,
+            cpu,
+            model_shape(Transformer(replace(tiny_model_cfg, activation="gelu"), 40, 40)),
+        ),
+    ]
+    assert len({folder, *others}) == 1 + len(others)
+
+
+def test_the_inductor_step_compiles_into_the_cache_of_its_torch_device_and_model(
+    tiny_model_cfg: ModelConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(
+        torch, "compile", lambda fn, **kwargs: fn
+    )  # what inductor would build is not the point
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "elsewhere"))
+    monkeypatch.setattr(torch._inductor.config, "fx_graph_cache", False)
+    monkeypatch.setattr(torch._functorch.config, "enable_autograd_cache", False)
+    model = Transformer(tiny_model_cfg, 40, 40)
+    with torch._dynamo.config.patch(recompile_limit=torch._dynamo.config.recompile_limit):
+        CapturedStep(model, 0.1, shapes=1, backend="inductor", cache_root=tmp_path)(
+            static_batches([(2, 5)], 40)[0]
+        )
+    version = f"{torch.__version__} {torch.version.git_version}"
+    folder = compile_cache(tmp_path, version, device_name(torch.device("cpu")), model_shape(model))
+    assert torch._inductor.runtime.cache_dir_utils.cache_dir() == str(folder) and folder.is_dir()
+    assert torch._inductor.config.fx_graph_cache and torch._functorch.config.enable_autograd_cache
 
 
 @pytest.mark.skipif(compile_blocker("cpu") is not None, reason="compile=true needs a C++ compiler")

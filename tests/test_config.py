@@ -17,7 +17,7 @@ from seq2seq.model import Transformer
 SCHEMAS = {f.name: f.default_factory for f in fields(RunConfig) if is_dataclass(f.default_factory)}
 EXPERIMENTS = sorted(path.stem for path in (CONFIGS / "experiment").glob("*.yaml"))
 MODELS = sorted(path.stem for path in (CONFIGS / "model").glob("*.yaml"))
-RUN_LEVEL_DATA_KEYS = {"max_tokens", "eval_max_tokens", "num_workers"}  # batches, not the corpus
+RUN_LEVEL_DATA_KEYS = {"max_tokens", "shape_rungs", "eval_max_tokens", "num_workers"}  # batches, no corpus
 
 
 def flat(cfg: DictConfig | dict) -> dict[str, object]:

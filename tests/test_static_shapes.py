@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from itertools import pairwise
+from itertools import combinations, pairwise
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +14,8 @@ import torch
 from streamed_store import make_store
 from torch._dynamo.testing import CompileCounterWithBackend
 
-from seq2seq.config import DataConfig, ModelConfig
+from bench.data.padding import fitted_rungs
+from seq2seq.config import ConfigError, DataConfig, ModelConfig
 from seq2seq.data.batching import Batch, collate
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.data.sampler import TokenBudgetBatchSampler
@@ -66,22 +67,49 @@ def test_streamed_batches_counted_from_histograms_are_the_windows_batches(
         assert len(made) == len(list(made))
 
 
-@pytest.mark.parametrize("streaming", [False, True])
+@pytest.mark.parametrize(
+    ("streaming", "rungs"), [(False, None), (True, None), (False, [6, 10]), (True, [6, 10])]
+)
 def test_an_epoch_has_one_shape_per_rung_at_most_within_the_budget(
-    tiny_data_cfg: DataConfig, streaming: bool
+    tiny_data_cfg: DataConfig, streaming: bool, rungs: list[int] | None
 ) -> None:
-    cfg = replace(tiny_data_cfg, static_shapes=True, streaming=streaming, max_tokens=256)
+    cfg = replace(tiny_data_cfg, static_shapes=True, streaming=streaming, max_tokens=256, shape_rungs=rungs)
     datamodule = TranslationDataModule(cfg, seed=0)
     datamodule.setup("fit")
     batches: list[Batch] = list(datamodule.train_dataloader())
-    shapes = StaticShapes.of(cfg.max_length, cfg.max_tokens)
+    shapes = StaticShapes.of_config(cfg)
+    assert shapes.rungs == (ladder(cfg.max_length + 1) if rungs is None else (6, 10, cfg.max_length + 1))
     seen = {batch.src.shape for batch in batches}
     assert len(seen) <= len(shapes.rungs) and len(seen) < len(batches)
+    assert {length for _, length in seen} <= set(shapes.rungs)
     for batch in batches:
         assert batch.src.shape == batch.tgt_in.shape == batch.tgt_out.shape == shapes.shape(batch.src.size(1))
         assert batch.src.numel() <= cfg.max_tokens
     pairs = sum(int((batch.tgt_out != PAD_ID).any(1).sum()) for batch in batches)  # fillers have no target
     assert pairs == datamodule.stats["train_pairs"]
+
+
+@pytest.mark.parametrize("rungs", [[10, 6], [6, 6], [1, 6], [6, 66]])
+def test_shape_rungs_that_do_not_climb_within_the_longest_length_are_refused(
+    tiny_data_cfg: DataConfig, rungs: list[int]
+) -> None:
+    with pytest.raises(
+        ConfigError, match=r"data.shape_rungs must climb from 2 to at most data.max_length \+ 1 = 65"
+    ):
+        replace(tiny_data_cfg, max_length=64, shape_rungs=rungs)
+
+
+def test_the_fitted_rungs_pad_least_of_all_ladders_of_their_size() -> None:
+    """``bench.data.padding``'s few-shape ladders: no other choice of rungs rounds the pairs up less."""
+    lengths = np.random.default_rng(0).geometric(0.15, size=400).clip(2, 12)
+    for count in (1, 2, 3, 4):
+        fitted = fitted_rungs(lengths, count, top=12)
+        assert len(fitted) == count and fitted[-1] == 12
+        best = min(
+            StaticShapes.of(11, 1024, rungs=(*low, 12)).rounded(lengths).sum()
+            for low in combinations(range(2, 12), count - 1)
+        )
+        assert StaticShapes.of(11, 1024, rungs=fitted).rounded(lengths).sum() == best
 
 
 @pytest.mark.parametrize("streaming", [False, True])

@@ -245,7 +245,7 @@ class TranslationDataModule(pl.LightningDataModule):
     def _static_shapes(self) -> StaticShapes | None:
         """The training batches' shapes with ``data.static_shapes``; None: each batch has its own."""
         cfg = self.cfg
-        return StaticShapes.of(cfg.max_length, cfg.max_tokens) if cfg.static_shapes else None
+        return StaticShapes.of_config(cfg) if cfg.static_shapes else None
 
     def _streamed_sampler(self, shapes: StaticShapes | None) -> StreamedBatchSampler:
         """The training sampler over the store, at the epoch being started: a streamed epoch's length

@@ -1,8 +1,9 @@
 """Static batch shapes (``data.static_shapes``): few (B, S) = (B, T) shapes, so a captured GPU step
 (CUDA graphs, ``torch.compile(mode="reduce-overhead")``) replays instead of capturing each new shape.
 
-A pair's padded length is rounded up to a rung of a short geometric ladder, a batch is packed on
-those lengths, and its tensors are padded to its rung and to that rung's fixed number of rows.
+A pair's padded length is rounded up to a rung of a short ladder (geometric, or the rungs
+``data.shape_rungs`` names), a batch is packed on those lengths, and its tensors are padded to its
+rung and to that rung's fixed number of rows.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from seq2seq.config import DataConfig
 from seq2seq.data.batching import Batch
 from seq2seq.data.tokenizers.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
@@ -39,9 +41,19 @@ class StaticShapes:
     max_tokens: int
 
     @classmethod
-    def of(cls, max_length: int, max_tokens: int, growth: float = GROWTH) -> StaticShapes:
-        """The shapes of training batches of pairs up to ``max_length`` tokens a side (+1 special)."""
-        return cls(ladder(max_length + 1, growth), max_tokens)
+    def of(
+        cls, max_length: int, max_tokens: int, growth: float = GROWTH, rungs: tuple[int, ...] = ()
+    ) -> StaticShapes:
+        """The shapes of training batches of pairs up to ``max_length`` tokens a side (+1 special):
+        on the given ``rungs`` (increasing) topped by ``max_length + 1``, else a geometric ladder."""
+        if not rungs:
+            return cls(ladder(max_length + 1, growth), max_tokens)
+        return cls(tuple(sorted({*rungs, max_length + 1})), max_tokens)
+
+    @classmethod
+    def of_config(cls, cfg: DataConfig) -> StaticShapes:
+        """The training batches' shapes under ``cfg`` (``data.shape_rungs`` or the default ladder)."""
+        return cls.of(cfg.max_length, cfg.max_tokens, rungs=tuple(cfg.shape_rungs or ()))
 
     def rounded(self, lengths: np.ndarray) -> np.ndarray:
         """Each padded length (N,) rounded up to its rung, what batches are packed on: (N,)."""

@@ -112,7 +112,8 @@ class Budget(pl.Callback):
         self.epochs: float | None = None  # the estimate, once made
         self._step_budget = math.inf  # max_steps, or max_epochs worth of steps, known at the start
         self._started: float | None = None  # the clock at the first step's end
-        self._measure_from: tuple[float, int] | None = None  # (clock, step) where measuring began
+        self._measure_from: tuple[float, int, float] | None = None  # (clock, step, compile s) at its start
+        self._compiling = 0.0  # seconds of compiling the step rate left out
         self._estimate: tuple[int, float] | None = None  # (step, steps estimated) at the decision
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: Any) -> None:
@@ -142,10 +143,12 @@ class Budget(pl.Callback):
         steps = None
         if self._measure_from is None:
             if now - self._started >= WARMUP_SHARE * window:
-                self._measure_from = (now, step)
-        else:
-            started, first_step = self._measure_from
-            estimate = estimated_steps(step, step - first_step, now - started, window, timer.time_remaining())
+                self._measure_from = (now, step, pl_module.compile_seconds())
+        else:  # new shapes' compiles are no steps: the rate leaves them out
+            started, first_step, compiled = self._measure_from
+            self._compiling = pl_module.compile_seconds() - compiled
+            spent = now - started - self._compiling
+            estimate = estimated_steps(step, step - first_step, spent, window, timer.time_remaining())
             steps = None if estimate is None else min(self._step_budget, estimate)
         # Every rank broadcasts at every step until the decision: rank 0's clock alone says when and
         # how many steps, so the ranks decide at the same step and never wait on a skipped broadcast.
@@ -175,10 +178,11 @@ class Budget(pl.Callback):
         self.epochs = steps / steps_per_epoch
         dropout = self.epochs >= self.dropout_min_epochs
         log.info(
-            "budget: about %.1f epochs (%.0f steps of %.0f per epoch) -> dropout %s (%s %g epochs)",
+            "budget: about %.1f epochs (%.0f steps of %.0f per epoch%s) -> dropout %s (%s %g epochs)",
             self.epochs,
             steps,
             steps_per_epoch,
+            f", the step rate without {self._compiling:.1f} s of compiling" if self._compiling else "",
             f"{pl_module.model.cfg.dropout:g}" if dropout else "off",
             "at least" if dropout else "under",
             self.dropout_min_epochs,

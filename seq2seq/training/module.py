@@ -18,6 +18,7 @@ from torch import Tensor
 
 from seq2seq.config import ConfigError, DataConfig, DecodeConfig, ModelConfig, OptimConfig
 from seq2seq.data.batching import Batch
+from seq2seq.data.corpus import cache_root
 from seq2seq.data.static_shapes import StaticShapes
 from seq2seq.data.tokenizers.tokenizer import TranslationTokenizer
 from seq2seq.formats.checkpoint import KEY, resume_state, seq2seq_entry
@@ -116,8 +117,9 @@ class TranslationModule(pl.LightningModule):
         # shape; else each layer in place, for any shape (the parameters keep their names).
         self.captured: CapturedStep | None = None
         if compile and data.static_shapes:
-            rungs = StaticShapes.of(data.max_length, data.max_tokens).rungs
-            self.captured = CapturedStep(self.model, optim.label_smoothing, len(rungs))
+            rungs = StaticShapes.of_config(data).rungs
+            cache = cache_root(data)  # compiled graphs persist beside the data caches
+            self.captured = CapturedStep(self.model, optim.label_smoothing, len(rungs), cache_root=cache)
         elif compile:
             self.model.compile()
         self.tokenizer = tokenizer
@@ -190,6 +192,11 @@ class TranslationModule(pl.LightningModule):
     def on_train_batch_start(self, batch: Batch, batch_idx: int) -> None:
         if batch_idx == 0:
             self._step_started = time.perf_counter()
+
+    def compile_seconds(self) -> float:
+        """Seconds spent so far compiling the captured step (0 without one): the budget's step rate
+        leaves them out."""
+        return 0.0 if self.captured is None else self.captured.compile_seconds
 
     def on_train_batch_end(self, outputs: Any, batch: Batch, batch_idx: int) -> None:
         line = self.captured.step_ended() if self.captured is not None else None
