@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from seq2seq.config import ConfigError, DecodeConfig
-from seq2seq.decoding.steps import CachedSteps
+from seq2seq.decoding.steps import CachedSteps, Steps
 from seq2seq.model import Transformer
 from seq2seq.model.int8 import Int8Linear
 from seq2seq.model.layers import LayerCache
@@ -100,7 +100,7 @@ def _new_cache(model: Transformer, sentences: int, beams: int, source: int, capa
 _DECODERS: weakref.WeakKeyDictionary[Transformer, CapturedDecoder] = weakref.WeakKeyDictionary()
 
 
-class CapturedSteps:
+class CapturedSteps(Steps):
     """:class:`~seq2seq.decoding.steps.CachedSteps`' interface over a :class:`CapturedDecoder`.
 
     Sentence i of the batch owns rows i·beams .. i·beams + beams - 1 throughout; ``slots`` maps the
