@@ -8,8 +8,11 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import torch
 from fastapi.testclient import TestClient
 
+from seq2seq.data.batching import pad_ids
+from seq2seq.decoding import generate
 from seq2seq.decoding.constrained import Progress
 from seq2seq.inference.backends import open_model
 from seq2seq.inference.translator import DEFAULT_BATCH_TOKENS, TargetError, Translator
@@ -66,6 +69,19 @@ def test_bad_constraints_are_one_line(single: Translator, beam: int, constraints
     cfg = replace(single.decode_cfg_with(beam=beam), max_len_a=0.0, max_len_b=2)
     with pytest.raises(TargetError, match=words):
         list(single.translate(["I like coffee."], cfg, constraints=constraints))
+
+
+def test_phrases_and_prefixes_outside_a_shortlist_join_it(single: Translator) -> None:
+    """Tokens the shortlist lacks are added to it, and the output comes back as vocabulary ids."""
+    tokenizer, cfg = single.tokenizer, single.decode_cfg_with(beam=3)
+    texts, prefixes, phrases = ["How are you?", "I like coffee."], ["¿Cómo", "Me"], [["bien"], ["café"]]
+    wanted = [tokenizer.encode_target(p) for p in phrases]
+    shortlist = torch.arange(10)  # the special ids and a few others, none of the phrases' or prefixes'
+    out = generate(single.model, pad_ids(single.encode(texts)), cfg, shortlist,
+                   tokenizer.encode_target(prefixes), wanted)  # fmt: skip
+    for prefix, sentence_phrases, (best,) in zip(prefixes, phrases, out, strict=True):
+        text = tokenizer.decode_target([best.tokens])[0]
+        assert text.startswith(prefix) and all(phrase in text for phrase in sentence_phrases), text
 
 
 def test_translate_py_reads_constraints_after_the_prefix(run_cli, trained_ckpt: Path) -> None:

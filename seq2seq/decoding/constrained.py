@@ -163,5 +163,6 @@ def constrained_search(
             results += beam_search(model, src[rows], cfg, candidates, forced)
             continue
         steps, limits = start_steps(model, src[rows], cfg, candidates, forced)
-        results.append(_search_one(steps, int(limits[0]), phrases, cfg, src.device))
+        best = _search_one(steps, int(limits[0]), phrases, cfg, src.device)
+        results.append([Hypothesis(steps.vocabulary_ids(h.tokens), h.score) for h in best])
     return results
