@@ -39,11 +39,20 @@ def help_asked(argv: list[str], doc: str) -> bool:
     return True
 
 
-def add_model_arguments(parser: argparse.ArgumentParser, model_help: str) -> None:
+def add_model_arguments(parser: argparse.ArgumentParser, model_help: str, ensemble: bool = False) -> None:
     """``--ckpt PATH`` or ``--model DIR``, one of them required: what
-    :func:`seq2seq.inference.backends.open_model` opens."""
+    :func:`seq2seq.inference.backends.open_model` opens. With ``ensemble``, ``--ckpt`` may be given
+    several times and ``args.ckpt`` is a list of paths."""
     model = parser.add_mutually_exclusive_group(required=True)
-    model.add_argument("--ckpt", metavar="PATH", help="checkpoint written by train.py")
+    if ensemble:
+        model.add_argument(
+            "--ckpt",
+            metavar="PATH",
+            action="append",
+            help="checkpoint written by train.py; several: an ensemble (they must share a tokenizer)",
+        )
+    else:
+        model.add_argument("--ckpt", metavar="PATH", help="checkpoint written by train.py")
     model.add_argument("--model", metavar="DIR", help=model_help)
 
 

@@ -142,7 +142,7 @@ def test_failure_leaves_no_partial_output(
 ) -> None:
     """A failed write is one line; a bug is not dressed up as a user error. Neither leaves a file."""
 
-    def fail_midway(self, texts, decode_cfg=None):
+    def fail_midway(self, texts, decode_cfg=None, prefixes=None, constraints=None):
         yield [translate_module.Translation("partial", 0.0)]
         raise error
 

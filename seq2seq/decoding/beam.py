@@ -18,9 +18,8 @@ import torch
 from torch import Tensor
 
 from seq2seq.config import DecodeConfig
-from seq2seq.decoding.captured_steps import cached_steps
-from seq2seq.decoding.steps import Hypothesis, length_penalty, output_limits, top_log_probs
-from seq2seq.model import Transformer
+from seq2seq.decoding.scorers import Models, start_steps
+from seq2seq.decoding.steps import Hypothesis, length_penalty, top_log_probs
 
 
 class _Candidates(NamedTuple):
@@ -137,14 +136,17 @@ def _done(beams: _Beams, cfg: DecodeConfig) -> Tensor:
 
 @torch.inference_mode()
 def beam_search(
-    model: Transformer, src: Tensor, cfg: DecodeConfig, candidates: Tensor | None = None
+    model: Models,
+    src: Tensor,
+    cfg: DecodeConfig,
+    candidates: Tensor | None = None,
+    prefixes: Tensor | None = None,
 ) -> list[list[Hypothesis]]:
     """Up to ``cfg.nbest`` hypotheses per sentence, best first. src: (B, S) padded ids ending in EOS.
-    ``candidates`` (C,): the vocabulary types the output may use (see :class:`CachedSteps`)."""
+    ``model``: one model or an ensemble's; ``candidates`` (C,): the vocabulary types the output may use
+    (see :class:`CachedSteps`); ``prefixes`` (B, P): forced first tokens (see :func:`start_steps`)."""
     k, batch, device = cfg.beam_size, src.size(0), src.device
-    memory, src_mask = model.encode(src)
-    limits = output_limits(src, cfg, model.cfg.max_positions, model.pad_id)
-    steps = cached_steps(model, memory, src_mask, cfg, limits, candidates)
+    steps, limits = start_steps(model, src, cfg, candidates, prefixes)
     special = steps.special
     beams = _Beams(  # one live beam per sentence until the first step branches it into K
         rows=torch.arange(batch, device=device),
@@ -157,7 +159,7 @@ def beam_search(
     finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
     last = torch.full((batch,), special.bos, dtype=torch.long, device=device)
     for t in range(int(beams.limits.max())):
-        top = top_log_probs(steps(last), t, cfg, special, 2 * k)
+        top = top_log_probs(steps.log_probs(last, t, cfg), 2 * k)
         cand = _expand(beams.scores, top, k)
         _finish_eos(finished, beams, cand, t, cfg, special.eos)
         beams, parents = _prune(beams, cand, k, special.eos)

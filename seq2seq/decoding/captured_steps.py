@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from seq2seq.config import ConfigError, DecodeConfig
-from seq2seq.decoding.steps import CachedSteps
+from seq2seq.decoding.steps import CachedSteps, Steps
 from seq2seq.model import Transformer
 from seq2seq.model.int8 import Int8Linear
 from seq2seq.model.layers import LayerCache
@@ -116,7 +116,7 @@ def capture_refusal(model: Transformer, shortlist: bool) -> str | None:
     return None
 
 
-class CapturedSteps:
+class CapturedSteps(Steps):
     """:class:`~seq2seq.decoding.steps.CachedSteps`' interface over a :class:`CapturedDecoder`.
 
     Sentence i of the batch owns rows i·beams .. i·beams + beams - 1 throughout; ``slots`` maps the

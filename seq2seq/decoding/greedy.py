@@ -12,38 +12,36 @@ import torch
 from torch import Tensor
 
 from seq2seq.config import DecodeConfig
-from seq2seq.decoding.captured_steps import CapturedSteps, cached_steps
 from seq2seq.decoding.sampling import pick_next_tokens
-from seq2seq.decoding.steps import (
-    CachedSteps,
-    FullSteps,
-    Hypothesis,
-    length_penalty,
-    next_log_probs,
-    output_limits,
-)
+from seq2seq.decoding.scorers import Models, Scorer, start_steps
+from seq2seq.decoding.steps import FullSteps, Hypothesis, length_penalty, output_limits
 from seq2seq.model import Transformer
 
 
 @torch.inference_mode()
 def greedy_search(
-    model: Transformer, src: Tensor, cfg: DecodeConfig, cached: bool = True, candidates: Tensor | None = None
+    model: Models,
+    src: Tensor,
+    cfg: DecodeConfig,
+    cached: bool = True,
+    candidates: Tensor | None = None,
+    prefixes: Tensor | None = None,
 ) -> list[list[Hypothesis]]:
     """One hypothesis per sentence. src: (B, S) ids ending in EOS, padded with the model's pad id.
 
-    ``cached=False`` re-runs the full decoder each step; it exists to test and time the cache.
-    ``candidates`` (C,): the vocabulary types the output may use (see :class:`CachedSteps`).
+    ``model``: one model or an ensemble's. ``cached=False`` re-runs the full decoder of one model each
+    step; it exists to test and time the cache. ``candidates`` (C,): the vocabulary types the output
+    may use (see :class:`CachedSteps`); ``prefixes`` (B, P): forced first tokens (see :func:`start_steps`).
     """
-    memory, src_mask = model.encode(src)
-    limits = output_limits(src, cfg, model.cfg.max_positions, model.pad_id)  # (B,)
     if cached:
-        steps: CachedSteps | CapturedSteps | FullSteps = cached_steps(
-            model, memory, src_mask, cfg, limits, candidates
-        )
-    elif candidates is None:
+        steps: Scorer
+        steps, limits = start_steps(model, src, cfg, candidates, prefixes)
+    elif isinstance(model, Transformer) and candidates is None and prefixes is None:
+        memory, src_mask = model.encode(src)
+        limits = output_limits(src, cfg, model.cfg.max_positions, model.pad_id)  # (B,)
         steps = FullSteps(model, memory, src_mask)
     else:
-        raise ValueError("a shortlist needs the cached steps")
+        raise ValueError("an ensemble, a shortlist or a prefix needs the cached steps")
     special = steps.special
     batch, device = src.size(0), src.device
     rows = torch.arange(batch, device=device)  # original sentence of each active row
@@ -52,7 +50,7 @@ def greedy_search(
     lengths = torch.zeros(batch, dtype=torch.long, device=device)
     tokens = torch.full((batch,), special.bos, dtype=torch.long, device=device)
     for t in range(out.size(1)):
-        tokens, token_logp = pick_next_tokens(next_log_probs(steps(tokens), t, cfg, special), cfg)
+        tokens, token_logp = pick_next_tokens(steps.log_probs(tokens, t, cfg), cfg)
         logp[rows] += token_logp
         out[rows, t] = tokens
         done = (tokens == special.eos) | (t + 1 >= limits[rows])

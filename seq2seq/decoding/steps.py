@@ -7,6 +7,7 @@ where len counts the emitted tokens including EOS.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import astuple, dataclass
 from itertools import groupby
@@ -38,7 +39,11 @@ def output_limits(src: Tensor, cfg: DecodeConfig, max_positions: int, pad_id: in
 
     src_len counts the real (non-pad) source tokens, EOS included.
     """
-    src_len = (src != pad_id).sum(dim=1)
+    return limits_of_lengths((src != pad_id).sum(dim=1), cfg, max_positions)
+
+
+def limits_of_lengths(src_len: Tensor, cfg: DecodeConfig, max_positions: int) -> Tensor:
+    """:func:`output_limits` of source lengths (B,), EOS included -> (B,)."""
     return (cfg.max_len_a * src_len + cfg.max_len_b).long().clamp(1, max_positions)
 
 
@@ -48,7 +53,22 @@ def rows_by_limit(limits: list[int]) -> Iterator[tuple[int, list[int]]]:
         yield limit, list(rows)
 
 
-class CachedSteps:
+class Steps(ABC):
+    """What a search asks of its steps: next-token log-probabilities, so that an ensemble or a forced
+    prefix (:mod:`seq2seq.decoding.scorers`) can stand in for one model's logits."""
+
+    special: SpecialIds
+
+    @abstractmethod
+    def __call__(self, tokens: Tensor) -> Tensor:
+        """tokens: (N,) newest token per row -> next-token logits (N, V)."""
+
+    def log_probs(self, tokens: Tensor, step: int, cfg: DecodeConfig) -> Tensor:
+        """tokens: (N,) newest token per row -> :func:`next_log_probs` of the logits, (N, V)."""
+        return next_log_probs(self(tokens), step, cfg, self.special)
+
+
+class CachedSteps(Steps):
     """Next-token logits from the KV cache: step t costs O(t) attention, no recomputation.
 
     With ``candidates`` (C,), sorted vocabulary ids that include the special ids (a shortlist), the
@@ -93,7 +113,7 @@ class CachedSteps:
         self.cache = self.cache.reorder(rows, sentences, beams)
 
 
-class FullSteps:
+class FullSteps(Steps):
     """Reference path without a cache: re-runs ``decode`` over the whole prefix at every step."""
 
     def __init__(self, model: Transformer, memory: Tensor, src_mask: Tensor) -> None:
@@ -130,12 +150,10 @@ def next_log_probs(logits: Tensor, step: int, cfg: DecodeConfig, special: Specia
     return logprobs
 
 
-def top_log_probs(
-    logits: Tensor, step: int, cfg: DecodeConfig, special: SpecialIds, k: int
-) -> tuple[Tensor, Tensor]:
-    """Each row's ``k`` best next tokens (of :func:`next_log_probs`) and their log-probabilities,
+def top_log_probs(logprobs: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """Each row's ``k`` best next tokens and their log-probabilities (of :meth:`Steps.log_probs`),
     best first. (N, V) -> values (N, k), tokens (N, k)."""
-    return next_log_probs(logits, step, cfg, special).topk(min(k, logits.size(-1)), dim=-1)
+    return logprobs.topk(min(k, logprobs.size(-1)), dim=-1)
 
 
 def restricted_generator(generator: nn.Module, rows: Tensor) -> Callable[[Tensor], Tensor]:

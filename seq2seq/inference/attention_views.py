@@ -102,14 +102,16 @@ def sentence_attention(
 
 
 def translate_with_attention(
-    translator: Translator, text: str, cfg: DecodeConfig | None = None
+    translator: Translator, text: str, cfg: DecodeConfig | None = None, prefix: str = ""
 ) -> tuple[Translation, SentenceAttention]:
-    """Translate one sentence (the best hypothesis of ``cfg``, by default the translator's own) and
-    read every attention map of it."""
+    """Translate one sentence (the best hypothesis of ``cfg``, by default the translator's own, that
+    continues ``prefix``) and read every attention map of it."""
     source = translator.encode([text])[0]
     if not source:
         raise ValueError("cannot show the attention of an empty sentence")
-    best = translator.search([source], cfg or translator.decode_cfg)[0][0]
+    cfg = cfg or translator.decode_cfg
+    forced = translator.encode_prefixes([prefix], [source], cfg)
+    best = translator.search_prefixed([source], cfg, forced)[0][0]
     translation = Translation(one_line(translator.tokenizer.decode_target([best.tokens])[0]), best.score)
     return translation, sentence_attention(translator.model, translator.tokenizer, source, best.tokens)
 

@@ -9,7 +9,8 @@ only when its folder is opened.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import NamedTuple
 
@@ -50,37 +51,53 @@ BACKENDS: dict[str, Callable[[Path, ModelFacts, str, int], TranslatorBase]] = {
 }
 
 
+class EnsembleError(ValueError):
+    """Checkpoints that cannot decode together (another tokenizer); one line for the user, exit 2."""
+
+
 def open_model(
-    ckpt: str | Path | None = None,
+    ckpt: str | Path | Sequence[str | Path] | None = None,
     model: str | Path | None = None,
     device: str = "auto",
     batch_tokens: int | None = None,
     dtype: str = AUTO,
 ) -> Opened:
-    """The checkpoint ``ckpt`` or the export folder ``model`` (give one), as ``--ckpt``/``--model``
-    name them, on ``device`` ("cpu", "cuda" or "auto") with its own decoding settings.
+    """The checkpoint ``ckpt`` (several: an ensemble) or the export folder ``model`` (give one), as
+    ``--ckpt``/``--model`` name them, on ``device`` ("cpu", "cuda" or "auto") with its own decoding
+    settings (an ensemble's first member's).
 
     ``batch_tokens`` defaults to a checkpoint's ``data.eval_max_tokens``, as in validation, and to
     :data:`DEFAULT_BATCH_TOKENS` for an export. ``dtype`` ("auto": chosen from the hardware like the
     training precision, or a name of ``INFERENCE_DTYPES``) applies to a checkpoint; an export computes
-    in its weight type. A bad folder is an :class:`~seq2seq.formats.export_folder.ExportError`.
+    in its weight type. A bad folder is an :class:`~seq2seq.formats.export_folder.ExportError`;
+    checkpoints of different tokenizers are an :class:`EnsembleError`.
     """
     if (ckpt is None) == (model is None):
         raise TypeError("open_model takes either ckpt or model")
     if ckpt is not None:
-        return _open_checkpoint(ckpt, device, batch_tokens, dtype)
+        paths = [ckpt] if isinstance(ckpt, str | Path) else list(ckpt)
+        return _open_checkpoints(paths, device, batch_tokens, dtype)
     facts = load_bundle(model)
     translator = BACKENDS[facts.engine](Path(model), facts, device, batch_tokens or DEFAULT_BATCH_TOKENS)
     return Opened(translator, facts, EXPORT_COMPUTE)
 
 
-def _open_checkpoint(path: str | Path, device: str, batch_tokens: int | None, dtype: str) -> Opened:
+def _open_checkpoints(paths: list[str | Path], device: str, batch_tokens: int | None, dtype: str) -> Opened:
     # int8 weights decode on a CPU only, so "auto" picks the CPU for them even beside a GPU
     target = resolve_device("cpu" if device == AUTO and INFERENCE_DTYPES.get(dtype) is INT8 else device)
-    loaded = load_model(path, map_location=target)
-    compute, reason = resolve_dtype(dtype, loaded.model.cfg, target.type)
-    batch_tokens = batch_tokens or loaded.data_config.eval_max_tokens
+    loaded = [load_model(path, map_location=target) for path in paths]
+    first = loaded[0]
+    for path, other in zip(paths[1:], loaded[1:], strict=True):
+        if other.tokenizer.to_dict() != first.tokenizer.to_dict():
+            raise EnsembleError(
+                f"{path} and {paths[0]} have different tokenizers: an ensemble's checkpoints must share one"
+            )
+    compute, reason = resolve_dtype(dtype, first.model.cfg, target.type)
+    batch_tokens = batch_tokens or first.data_config.eval_max_tokens
+    models = [one.model for one in loaded]
     translator = Translator(
-        loaded.model, loaded.tokenizer, loaded.decode_config, target, batch_tokens, compute
-    )
-    return Opened(translator, loaded, reason)
+        models[0] if len(models) == 1 else models, first.tokenizer, first.decode_config, target,
+        batch_tokens, compute,
+    )  # fmt: skip
+    facts = first if len(loaded) == 1 else replace(first, name=" + ".join(one.name for one in loaded))
+    return Opened(translator, facts, reason)

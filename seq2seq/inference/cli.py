@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import itertools
 import json
 import math
 import os
@@ -40,10 +41,10 @@ from seq2seq.decoding.shortlist import ShortlistError
 from seq2seq.formats.checkpoint import CheckpointError
 from seq2seq.formats.export_folder import ExportError
 from seq2seq.inference.alignment import AlignmentError, align, format_table, save_heatmap
-from seq2seq.inference.backends import open_model
+from seq2seq.inference.backends import EnsembleError, open_model
 from seq2seq.inference.evaluation import evaluate, format_scores, read_eval_pairs
 from seq2seq.inference.shortlist import add_shortlist_argument, check_shortlist_argument, shortlist_of
-from seq2seq.inference.translator import Translation, Translator, TranslatorBase
+from seq2seq.inference.translator import TargetError, Translation, Translator, TranslatorBase
 from seq2seq.machine.hardware import AUTO, DeviceError, compile_blocker
 
 PROG = "translate.py"
@@ -86,7 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "sentences", nargs="*", help="sentences to translate; without any, stdin is read line by line"
     )
-    add_model_arguments(parser, "CTranslate2 or transformers export written by python -m seq2seq.export")
+    add_model_arguments(
+        parser, "CTranslate2 or transformers export written by python -m seq2seq.export", True
+    )
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument(
         "--interactive", "-i", action="store_true", help="prompt for sentences until EOF (Ctrl-D)"
@@ -127,6 +130,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--max-len", type=int, metavar="T", help="at most T output tokens (default: a*source+b)"
+    )
+    parser.add_argument(
+        "--tsv",
+        action="store_true",
+        help="input lines are source<TAB>prefix[<TAB>phrase...]: the start each translation continues (may "
+        "be empty), then phrases it must contain (with --beam); without it a TAB is part of the text",
     )
     add_compute_arguments(
         parser,
@@ -179,6 +188,8 @@ def _check(args: argparse.Namespace) -> None:
     visual = args.show_attention or args.attention_png
     if visual and args.model:
         raise UsageError("--show-attention/--attention-png need --ckpt: an exported model shows no attention")
+    if visual and len(args.ckpt) > 1:
+        raise UsageError("--show-attention/--attention-png need one --ckpt: an ensemble has no one attention")
     if visual and (args.eval or not (args.sentences or args.interactive)):
         raise UsageError(
             "--show-attention/--attention-png need sentences on the command line or --interactive"
@@ -322,9 +333,24 @@ def _eval_set(spec: str, data_cfg: DataConfig) -> tuple[list[str], list[list[str
 
 
 def _translate_lines(
-    translator: TranslatorBase, lines: Iterable[str], with_scores: bool, out: TextIO, progress: bool = False
+    translator: TranslatorBase,
+    lines: Iterable[str],
+    with_scores: bool,
+    out: TextIO,
+    progress: bool = False,
+    tsv: bool = False,
 ) -> None:
-    results = translator.translate(lines)
+    """Each line's translation. With ``tsv``, tab-separated columns after the source: the start its
+    translation continues, then phrases it must contain; else a TAB is part of the text."""
+    if tsv:
+        columns = (line.rstrip("\r\n").split("\t") for line in lines)
+        sources, prefixes, phrases = itertools.tee(columns, 3)  # consumed in step
+        results = translator.translate(
+            (c[0] for c in sources), prefixes=(c[1] if len(c) > 1 else "" for c in prefixes),
+            constraints=(c[2:] for c in phrases),
+        )  # fmt: skip
+    else:
+        results = translator.translate(lines)
     for index, translations in enumerate(tqdm(results, unit=" lines", file=sys.stderr, disable=not progress)):
         _write(out, index, translations, with_scores)
     out.flush()
@@ -345,7 +371,7 @@ def _interactive(translator: TranslatorBase, args: argparse.Namespace, out: Text
             line = input(prompt)
         except EOFError:
             return
-        _translate_lines(translator, [line], args.nbest is not None, out)
+        _translate_lines(translator, [line], args.nbest is not None, out, tsv=args.tsv)
         if line.strip() and args.show_attention:
             _show_attention(translator, line, args, out)
 
@@ -369,6 +395,15 @@ def _metrics(spec: str, translator: TranslatorBase, reason: str, scores: dict, s
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run the parsed command; checkpoints that cannot form an ensemble, or a target prefix the search
+    cannot honour, are bad arguments (exit 2)."""
+    try:
+        return _run(args)
+    except (EnsembleError, TargetError) as err:
+        raise UsageError(str(err)) from err
+
+
+def _run(args: argparse.Namespace) -> int:
     _check(args)
     _check_writable("--output", args.output)
     _check_writable("--metrics-out", args.metrics_out)
@@ -407,7 +442,9 @@ def run(args: argparse.Namespace) -> int:
         return 0
     with _output(args.output) as out:
         progress = not args.sentences and _stdin_is_file()  # a pipe or a terminal gets no bar
-        _translate_lines(translator, args.sentences or sys.stdin, args.nbest is not None, out, progress)
+        _translate_lines(
+            translator, args.sentences or sys.stdin, args.nbest is not None, out, progress, args.tsv
+        )
         for sentence in args.sentences if (args.show_attention or args.attention_png) else []:
             _show_attention(translator, sentence, args, out)
     return 0

@@ -61,10 +61,13 @@ def check_shortlist_argument(args: argparse.Namespace) -> None:
 
 
 def shortlist_of(args: argparse.Namespace, tokenizer: TranslationTokenizer) -> Shortlist | None:
-    """The shortlist that ``--shortlist`` names (after :func:`check_shortlist_argument`), or None."""
+    """The shortlist that ``--shortlist`` names (after :func:`check_shortlist_argument`), or None; for
+    an ensemble (several ``--ckpt``), the one beside the first checkpoint by default."""
     if args.shortlist is None:
         return None
-    return open_shortlist(default_path(args.ckpt) if args.shortlist == BESIDE else args.shortlist, tokenizer)
+    return open_shortlist(
+        default_path(args.ckpt[0]) if args.shortlist == BESIDE else args.shortlist, tokenizer
+    )
 
 
 class Counts:

@@ -28,9 +28,11 @@ import torch
 
 from seq2seq.config import DataConfig, DecodeConfig
 from seq2seq.data.batching import pack, pad_ids
-from seq2seq.data.tokenizers.tokenizer import EOS_ID, TranslationTokenizer
+from seq2seq.data.tokenizers.tokenizer import EOS_ID, UNK_ID, TranslationTokenizer
 from seq2seq.decoding import Hypothesis, generate
+from seq2seq.decoding.scorers import Models, members
 from seq2seq.decoding.shortlist import Shortlist
+from seq2seq.decoding.steps import limits_of_lengths
 from seq2seq.machine.hardware import DeviceError
 from seq2seq.model import Transformer
 from seq2seq.model.int8 import INT8, quantize_decoder
@@ -41,12 +43,22 @@ DEFAULT_BATCH_TOKENS = DataConfig.eval_max_tokens  # padded source tokens per ba
 CHUNK_LINES = 10_000  # lines read, sorted and decoded together when streaming
 
 
+class TargetError(ValueError):
+    """A target prefix the search cannot honour; one line for the user (exit 2, HTTP 422)."""
+
+
 @dataclass(frozen=True)
 class Translation:
     """One hypothesis as text, with its length-normalised log-probability."""
 
     text: str
     score: float
+
+
+def clean(text: str) -> str:
+    """Stripped, with lone surrogates (undecodable bytes read with surrogateescape) replaced: they
+    cannot reach the tokenizer."""
+    return text.encode("utf-8", "replace").decode("utf-8").strip()
 
 
 def one_line(text: str) -> str:
@@ -103,8 +115,7 @@ class TranslatorBase(ABC):
 
     def encode(self, texts: list[str]) -> list[list[int]]:
         """Source ids + EOS per text, cut to the model's max positions; [] for a blank text."""
-        # Lone surrogates (undecodable bytes read with surrogateescape) cannot reach the tokenizer.
-        stripped = [text.encode("utf-8", "replace").decode("utf-8").strip() for text in texts]
+        stripped = [clean(text) for text in texts]
         limit = self.max_positions - 1  # room for EOS
         encoded = []
         for ids in self.tokenizer.encode_source(stripped):
@@ -116,43 +127,147 @@ class TranslatorBase(ABC):
             encoded.append([*ids[:limit], EOS_ID] if ids else [])
         return encoded
 
-    def _translate_chunk(self, texts: list[str], cfg: DecodeConfig) -> list[list[Translation]]:
+    def search_prefixed(
+        self,
+        sources: list[list[int]],
+        cfg: DecodeConfig,
+        prefixes: list[list[int]],
+        constraints: list[list[list[int]]] | None = None,
+    ) -> list[list[Hypothesis]]:
+        """:meth:`search` with each output starting with its prefix (target ids; [] for none) and
+        containing each phrase of its ``constraints``."""
+        raise TargetError("a target prefix or constraint needs a checkpoint (--ckpt), not an export")
+
+    def encode_constraints(
+        self,
+        constraints: list[list[str]],
+        sources: list[list[int]],
+        prefixes: list[list[int]],
+        cfg: DecodeConfig,
+        first: int = 0,
+    ) -> list[list[list[int]]]:
+        """Target ids of each text's phrases, checked: beam search only, no empty phrase, and room for
+        the phrases after the prefix within the output limit. A bad one is a :class:`TargetError`."""
+        if any(constraints) and (cfg.beam_size == 1 or cfg.sampling):
+            raise TargetError(
+                "constraints need beam search (--beam 2 or more), not greedy search or sampling"
+            )
+        lengths = torch.tensor([len(source) for source in sources], dtype=torch.long)
+        limits = limits_of_lengths(lengths, cfg, self.max_positions).tolist()
+        encoded = []
+        for i, (phrases, source, prefix, limit) in enumerate(
+            zip(constraints, sources, prefixes, limits, strict=True)
+        ):
+            where = f"input {first + i + 1}"
+            ids = self.tokenizer.encode_target([clean(phrase) for phrase in phrases]) if phrases else []
+            if any(not phrase for phrase in ids):
+                raise TargetError(f"{where}: a constraint is empty")
+            if phrases and not source:
+                raise TargetError(f"{where}: a constraint needs a source sentence")
+            if any(UNK_ID in phrase for phrase in ids):
+                raise TargetError(f"{where}: a constraint has characters the target vocabulary lacks")
+            needed = len(prefix) + sum(len(phrase) for phrase in ids)
+            if needed > limit:
+                raise TargetError(
+                    f"{where}: its prefix and constraints have {needed} tokens, more than the {limit} its "
+                    "output may have (raise the output limit: --max-len, max_len)"
+                )
+            encoded.append(ids)
+        return encoded
+
+    def encode_prefixes(
+        self, prefixes: list[str], sources: list[list[int]], cfg: DecodeConfig, first: int = 0
+    ) -> list[list[int]]:
+        """Target ids of each prefix ([] for a blank one), checked against its source's output limit;
+        ``first`` numbers the inputs in messages. A bad prefix is a :class:`TargetError`."""
+        encoded = self.tokenizer.encode_target([clean(prefix) for prefix in prefixes])
+        lengths = torch.tensor([len(source) for source in sources], dtype=torch.long)
+        limits = limits_of_lengths(lengths, cfg, self.max_positions).tolist()
+        for i, (ids, source, limit) in enumerate(zip(encoded, sources, limits, strict=True)):
+            where = f"input {first + i + 1}"
+            if ids and not source:
+                raise TargetError(f"{where}: a target prefix needs a source sentence")
+            if UNK_ID in ids:
+                raise TargetError(f"{where}: the target prefix has characters the target vocabulary lacks")
+            if len(ids) > limit:
+                raise TargetError(
+                    f"{where}: the target prefix has {len(ids)} tokens, more than the {limit} its output may "
+                    "have (raise the output limit: --max-len, max_len)"
+                )
+        return encoded
+
+    def _translate_chunk(
+        self,
+        texts: list[str],
+        cfg: DecodeConfig,
+        prefixes: list[str] | None = None,
+        constraints: list[list[str]] | None = None,
+        first: int = 0,
+    ) -> list[list[Translation]]:
         sources = self.encode(texts)
+        forced = (
+            [[]] * len(texts) if prefixes is None else self.encode_prefixes(prefixes, sources, cfg, first)
+        )
+        phrases = [[]] * len(texts)
+        if constraints is not None:
+            phrases = self.encode_constraints(constraints, sources, forced, cfg, first)
         results = [[Translation("", 0.0)] for _ in texts]  # what blank inputs keep
         for batch in token_budget_batches(sources, self.batch_tokens):
             rows = batch.tolist()
-            hypotheses = self.search([sources[i] for i in rows], cfg)
+            batch_sources, batch_prefixes = [sources[i] for i in rows], [forced[i] for i in rows]
+            batch_phrases = [phrases[i] for i in rows]
+            if any(batch_prefixes) or any(batch_phrases):
+                hypotheses = self.search_prefixed(batch_sources, cfg, batch_prefixes, batch_phrases)
+            else:
+                hypotheses = self.search(batch_sources, cfg)
             texts_out = iter(self.tokenizer.decode_target([h.tokens for hyps in hypotheses for h in hyps]))
             for i, hyps in zip(rows, hypotheses, strict=True):
                 results[i] = [Translation(one_line(next(texts_out)), h.score) for h in hyps]
         return results
 
-    def translate(self, texts: Iterable[str], cfg: DecodeConfig | None = None) -> Iterator[list[Translation]]:
+    def translate(
+        self,
+        texts: Iterable[str],
+        cfg: DecodeConfig | None = None,
+        prefixes: Iterable[str] | None = None,
+        constraints: Iterable[list[str]] | None = None,
+    ) -> Iterator[list[Translation]]:
         """Lazily translate ``texts``, yielding each one's n-best list (best first) in input order.
 
         ``cfg`` defaults to the translator's own decoding config (see :meth:`decode_cfg_with`).
-        Input is consumed :data:`CHUNK_LINES` at a time, so an endless stream works.
+        ``prefixes``, one per text ("" for none), are the start each output must continue; scores
+        cover the whole output. ``constraints``, one list per text, are target phrases each output
+        must contain (beam search only). Input is consumed :data:`CHUNK_LINES` at a time, so an endless
+        stream works.
         """
         cfg = cfg or self.decode_cfg
         iterator = iter(texts)
+        starts = None if prefixes is None else iter(prefixes)
+        phrases = None if constraints is None else iter(constraints)
+        first = 0
         while chunk := list(islice(iterator, CHUNK_LINES)):
-            yield from self._translate_chunk(chunk, cfg)
+            chunk_prefixes = None if starts is None else list(islice(starts, len(chunk)))
+            chunk_phrases = None if phrases is None else list(islice(phrases, len(chunk)))
+            yield from self._translate_chunk(chunk, cfg, chunk_prefixes, chunk_phrases, first)
+            first += len(chunk)
 
 
 class Translator(TranslatorBase):
-    """A PyTorch model, its tokenizer and decoding settings, ready to turn strings into translations.
+    """A PyTorch model (or an ensemble: several sharing one tokenizer), its tokenizer and decoding
+    settings, ready to turn strings into translations.
 
     The search runs in ``dtype`` with the weights converted to it once, here, on a copy when the
     model is in another dtype (the model given stays as it is: validation decodes a training run's
     weights). Autocast instead would cast every weight again at every decoding step. ``dtype``
     :data:`~seq2seq.model.int8.INT8` (a CPU only) puts the decoder's and the output projection's
     linear layers in int8, activations staying float32. With a ``shortlist``, each batch's output
-    is restricted to its candidate types.
+    is restricted to its candidate types. An ensemble averages its members' log-probabilities
+    (:mod:`seq2seq.decoding.scorers`); :attr:`model` is its first member.
     """
 
     def __init__(
         self,
-        model: Transformer,
+        model: Models,
         tokenizer: TranslationTokenizer,
         decode_cfg: DecodeConfig,
         device: str | torch.device = "cpu",
@@ -160,17 +275,23 @@ class Translator(TranslatorBase):
         dtype: torch.dtype = torch.float32,
         shortlist: Shortlist | None = None,
     ) -> None:
-        super().__init__(tokenizer, decode_cfg, model.cfg.max_positions, batch_tokens)
+        models = members(model)
+        super().__init__(tokenizer, decode_cfg, min(m.cfg.max_positions for m in models), batch_tokens)
         self.device = torch.device(device)
         self.dtype = dtype
         self.shortlist = shortlist
-        if dtype == INT8:
-            if self.device.type != "cpu":
-                raise DeviceError(f"int8 weights decode on a CPU only, not on {self.device.type}")
+        if dtype == INT8 and self.device.type != "cpu":
+            raise DeviceError(f"int8 weights decode on a CPU only, not on {self.device.type}")
+        self.models = [self._prepared(m) for m in models]
+        self.model = self.models[0]
+
+    def _prepared(self, model: Transformer) -> Transformer:
+        """``model`` in the search's dtype, on its device, in eval mode (a copy if it must change)."""
+        if self.dtype == INT8:
             model = quantize_decoder(copy.deepcopy(model).float())
-        elif model.generator.weight.dtype != dtype:
-            model = copy.deepcopy(model).to(dtype=dtype)
-        self.model = model.to(self.device).eval()
+        elif model.generator.weight.dtype != self.dtype:
+            model = copy.deepcopy(model).to(dtype=self.dtype)
+        return model.to(self.device).eval()
 
     @property
     def compute(self) -> str:
@@ -179,14 +300,25 @@ class Translator(TranslatorBase):
             if self.dtype == INT8
             else str(self.dtype).removeprefix("torch.")
         )
-        return f"PyTorch {number}" + (", shortlist" if self.shortlist is not None else "")
+        ensemble = f", ensemble of {len(self.models)}" if len(self.models) > 1 else ""
+        return f"PyTorch {number}" + (", shortlist" if self.shortlist is not None else "") + ensemble
 
     def search(self, sources: list[list[int]], cfg: DecodeConfig) -> list[list[Hypothesis]]:
         """Decode one batch of encoded sources (non-empty, from :meth:`encode`)."""
+        return self.search_prefixed(sources, cfg, None)
+
+    def search_prefixed(
+        self,
+        sources: list[list[int]],
+        cfg: DecodeConfig,
+        prefixes: list[list[int]] | None,
+        constraints: list[list[list[int]]] | None = None,
+    ) -> list[list[Hypothesis]]:
         candidates = None
         if self.shortlist is not None:
             candidates = self.shortlist.candidates(sources, self.model.special_ids).to(self.device)
-        return generate(self.model, pad_ids(sources).to(self.device), cfg, candidates)
+        models = self.model if len(self.models) == 1 else self.models
+        return generate(models, pad_ids(sources).to(self.device), cfg, candidates, prefixes, constraints)
 
     def seed(self, seed: int) -> None:
         torch.manual_seed(seed)

@@ -91,16 +91,21 @@ async def _unless_gone(request: Request, work: Awaitable[T]) -> T:
 @router.post("/translate", responses=ERRORS)
 async def translate(body: TranslateRequest, service: Service, request: Request) -> TranslateResponse:
     """Translate one sentence or a list of them; each gets its best translation and n-best list."""
-    texts = [body.text] if isinstance(body.text, str) else body.text
+    try:
+        texts, prefixes, constraints = body.texts_and_targets()
+    except ValueError as err:
+        raise InputError(422, str(err)) from err
     cfg = service.decode_cfg_for(body.beam, body.nbest, body.max_len)
-    return TranslateResponse(translations=await _unless_gone(request, service.translate(texts, cfg)))
+    return TranslateResponse(
+        translations=await _unless_gone(request, service.translate(texts, cfg, prefixes, constraints))
+    )
 
 
 @router.post("/attention", responses=ERRORS)
 async def attention(body: AttentionRequest, service: Service, request: Request) -> AttentionResponse:
     """Translate one sentence and return every attention map: all layers and heads of each kind."""
     cfg = service.decode_cfg_for(body.beam, 1, body.max_len)
-    return await _unless_gone(request, service.attention(body.text, cfg))
+    return await _unless_gone(request, service.attention(body.text, cfg, body.prefix))
 
 
 @router.get("/health")

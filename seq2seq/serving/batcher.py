@@ -43,6 +43,8 @@ class ShuttingDownError(QueueFullError):
 class _TranslateJob:
     texts: list[str]
     cfg: DecodeConfig
+    prefixes: list[str]  # one per text, "" for none
+    constraints: list[list[str]]  # one list of phrases per text
     future: Future[list[list[Translation]]] = field(default_factory=Future)
 
 
@@ -81,9 +83,17 @@ class DynamicBatcher:
     def start(self) -> None:
         self._thread.start()
 
-    def translate(self, texts: list[str], cfg: DecodeConfig) -> Future[list[list[Translation]]]:
-        """Queue ``texts``; the Future gets their n-best lists in order, as ``TranslatorBase.translate``."""
-        return self._put(_TranslateJob(texts, cfg)).future
+    def translate(
+        self,
+        texts: list[str],
+        cfg: DecodeConfig,
+        prefixes: list[str] | None = None,
+        constraints: list[list[str]] | None = None,
+    ) -> Future[list[list[Translation]]]:
+        """Queue ``texts`` (with their ``prefixes``, "" for none, and ``constraints``); the Future gets
+        their n-best lists in order, as ``TranslatorBase.translate``."""
+        job = _TranslateJob(texts, cfg, prefixes or [""] * len(texts), constraints or [[] for _ in texts])
+        return self._put(job).future
 
     def call(self, function: Callable[[], Any]) -> Future[Any]:
         """Run ``function`` on the worker thread, alone, when its turn comes."""
@@ -164,6 +174,8 @@ class DynamicBatcher:
         """One ``translate`` call per token-budget batch of the group's sentences, leaving out those
         of cancelled jobs; results go back job by job."""
         texts = [text for job in group for text in job.texts]
+        prefixes = [prefix for job in group for prefix in job.prefixes]
+        constraints = [phrases for job in group for phrases in job.constraints]
         owners = [job for job in group for _ in job.texts]
         results: list[list[Translation]] = [[] for _ in texts]
         decoded = 0
@@ -175,7 +187,12 @@ class DynamicBatcher:
                 live = [i for i in rows if not owners[i].future.cancelled()]
                 self.metrics.cancelled(len(rows) - len(live))
                 if live:
-                    translated = self.translator.translate([texts[i] for i in live], cfg)
+                    translated = self.translator.translate(
+                        [texts[i] for i in live],
+                        cfg,
+                        [prefixes[i] for i in live],
+                        [constraints[i] for i in live],
+                    )
                     for i, nbest in zip(live, translated, strict=True):
                         results[i] = nbest
                     decoded += len(live)

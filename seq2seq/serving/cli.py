@@ -31,7 +31,7 @@ from seq2seq.command_line import (
 )
 from seq2seq.formats.checkpoint import CheckpointError, ModelFacts
 from seq2seq.formats.export_folder import ExportError
-from seq2seq.inference.backends import Opened, open_model
+from seq2seq.inference.backends import EnsembleError, Opened, open_model
 from seq2seq.inference.shortlist import add_shortlist_argument, check_shortlist_argument, shortlist_of
 from seq2seq.inference.translator import DEFAULT_BATCH_TOKENS
 from seq2seq.serving.app import create_app
@@ -49,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Serve a trained seq2seq checkpoint (or an export of one) over HTTP, with a web page.",
     )
     add_model_arguments(
-        parser, "a CTranslate2 or transformers export (python -m seq2seq.export); no attention maps"
+        parser, "a CTranslate2 or transformers export (python -m seq2seq.export); no attention maps", True
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8000, help="default: 8000; 0 picks a free port")
@@ -124,7 +124,10 @@ def describe_model(facts: ModelFacts) -> str:
 def load(args: argparse.Namespace) -> Opened:
     """The checkpoint (PyTorch, in ``--dtype``, with its ``--shortlist``) or the export that
     ``--ckpt``/``--model`` names."""
-    opened = open_model(args.ckpt, args.model, args.device, args.batch_tokens, dtype=args.dtype)
+    try:
+        opened = open_model(args.ckpt, args.model, args.device, args.batch_tokens, dtype=args.dtype)
+    except EnsembleError as err:
+        raise UsageError(str(err)) from err
     if args.shortlist is not None:  # only a checkpoint's Translator takes one
         opened.translator.shortlist = shortlist_of(args, opened.facts.tokenizer)
     return opened

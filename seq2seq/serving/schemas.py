@@ -31,18 +31,51 @@ class TranslateRequest(_Strict):
     )
     nbest: int | None = Field(None, ge=1, le=MAX_BEAM, description="hypotheses per sentence, at most beam")
     max_len: MaxLen | None = None
+    prefix: str | list[str] | None = Field(
+        None,
+        description="the start each translation must continue (tokens forced, then searched on; scores "
+        "cover the whole output): a string for one text, a list as long as text's for several",
+        examples=["¿Cómo"],
+    )
+    constraints: list[str] | list[list[str]] | None = Field(
+        None,
+        description="target phrases each translation must contain (beam search): a list of phrases for "
+        "one text, a list of such lists for several",
+    )
 
-    @field_validator("text", mode="before")
+    @field_validator("text", "prefix", mode="before")
     @classmethod
     def _sentences(cls, value: object) -> object:
         """One clear message instead of one per member of the union."""
-        if isinstance(value, str):
+        if value is None or isinstance(value, str):
             return value
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise ValueError("must be a string or a list of strings")
         if not 1 <= len(value) <= MAX_TEXTS:
             raise ValueError(f"must hold 1 to {MAX_TEXTS} sentences, got {len(value)}")
         return value
+
+    def texts_and_targets(self) -> tuple[list[str], list[str], list[list[str]]]:
+        """The sentences, the prefix of each ("" for none) and its phrases; a prefix or constraints
+        shaped unlike text is a ValueError."""
+        one = isinstance(self.text, str)
+        texts = [self.text] if one else self.text
+        prefixes = [""] * len(texts) if self.prefix is None else self.prefix
+        if isinstance(prefixes, str):
+            prefixes = [prefixes]
+        if self.prefix is not None and (isinstance(self.prefix, str) != one or len(prefixes) != len(texts)):
+            raise ValueError("prefix must be shaped as text: a string for a string, a list as long as text's")
+        phrases, shaped = [[] for _ in texts], True
+        if self.constraints is not None and one:
+            phrases, shaped = [self.constraints], all(isinstance(p, str) for p in self.constraints)
+        elif self.constraints is not None:
+            phrases = self.constraints
+            shaped = all(isinstance(p, list) for p in phrases) and len(phrases) == len(texts)
+        if not shaped:
+            raise ValueError(
+                "constraints must be a list of phrases for one text, a list of such lists as long as text's"
+            )
+        return texts, prefixes, phrases
 
 
 class Hypothesis(BaseModel):
@@ -64,6 +97,7 @@ class AttentionRequest(_Strict):
     text: str = Field(min_length=1, examples=["I like coffee."])
     beam: Beam | None = None
     max_len: MaxLen | None = None
+    prefix: str = Field("", description="the start the translation must continue, as /translate's")
 
 
 class AttentionResponse(BaseModel):

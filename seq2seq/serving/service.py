@@ -17,7 +17,7 @@ from torch import Tensor
 from seq2seq.config import ConfigError, DecodeConfig
 from seq2seq.formats.checkpoint import ModelFacts
 from seq2seq.inference.attention_views import AttentionKind, translate_with_attention
-from seq2seq.inference.translator import TranslatorBase
+from seq2seq.inference.translator import TargetError, TranslatorBase
 from seq2seq.serving.batcher import DynamicBatcher
 from seq2seq.serving.schemas import (
     MAX_BEAM,
@@ -86,9 +86,38 @@ class TranslationService:
             if len(text) > limit:
                 raise InputError(413, f"text {i} has {len(text)} characters; this server accepts {limit}")
 
-    async def translate(self, texts: list[str], cfg: DecodeConfig) -> list[TranslationResult]:
+    def check_targets(
+        self, texts: list[str], prefixes: list[str], constraints: list[list[str]], cfg: DecodeConfig
+    ) -> None:
+        """Refuse, before queueing, a prefix or constraints the search cannot honour (too long, empty,
+        no source, greedy search, an export)."""
+        if not any(prefix.strip() for prefix in prefixes) and not any(constraints):
+            return
+        self.check_lengths(prefixes)
+        self.check_lengths([phrase for phrases in constraints for phrase in phrases])
+        if not self.facts.attention:  # an export: its engine is handed neither
+            raise InputError(422, "a target prefix or constraint needs a checkpoint (--ckpt), not an export")
+        try:
+            sources = self.translator.encode(texts)
+            forced = self.translator.encode_prefixes(prefixes, sources, cfg)
+            self.translator.encode_constraints(constraints, sources, forced, cfg)
+        except TargetError as err:
+            raise InputError(422, str(err)) from err
+
+    async def translate(
+        self,
+        texts: list[str],
+        cfg: DecodeConfig,
+        prefixes: list[str] | None = None,
+        constraints: list[list[str]] | None = None,
+    ) -> list[TranslationResult]:
+        """Each text's n-best list; ``prefixes`` ("" for none) are the starts the outputs continue,
+        ``constraints`` the phrases they contain."""
         self.check_lengths(texts)
-        results = await asyncio.wrap_future(self.batcher.translate(texts, cfg))
+        prefixes = prefixes or [""] * len(texts)
+        constraints = constraints or [[] for _ in texts]
+        self.check_targets(texts, prefixes, constraints, cfg)
+        results = await asyncio.wrap_future(self.batcher.translate(texts, cfg, prefixes, constraints))
         return [
             TranslationResult(
                 text=nbest[0].text,
@@ -98,17 +127,20 @@ class TranslationService:
             for nbest in results
         ]
 
-    async def attention(self, text: str, cfg: DecodeConfig) -> AttentionResponse:
+    async def attention(self, text: str, cfg: DecodeConfig, prefix: str = "") -> AttentionResponse:
         self.check_lengths([text])
         if not self.facts.attention:
             raise InputError(501, "this server runs an export: attention maps need the checkpoint (--ckpt)")
+        if len(getattr(self.translator, "models", ())) > 1:
+            raise InputError(501, "this server runs an ensemble: attention maps need one checkpoint (--ckpt)")
         if not text.strip():
             raise InputError(422, "text is blank: there is no attention to show")
-        return await asyncio.wrap_future(self.batcher.call(lambda: self._attention(text, cfg)))
+        self.check_targets([text], [prefix], [[]], cfg)
+        return await asyncio.wrap_future(self.batcher.call(lambda: self._attention(text, cfg, prefix)))
 
-    def _attention(self, text: str, cfg: DecodeConfig) -> AttentionResponse:
+    def _attention(self, text: str, cfg: DecodeConfig, prefix: str) -> AttentionResponse:
         """Runs on the batcher's thread: the model is used by one thread only."""
-        translation, attention = translate_with_attention(self.translator, text, cfg)
+        translation, attention = translate_with_attention(self.translator, text, cfg, prefix)
         return AttentionResponse(
             translation=translation.text,
             score=translation.score,

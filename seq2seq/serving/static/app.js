@@ -187,15 +187,19 @@ async function translate() {
   const beam = Number($("beam").value);
   const body = { text, beam, nbest: Math.min(Number($("nbest").value), beam) };
   if ($("max-len").value) body.max_len = Number($("max-len").value);
+  const prefix = $("prefix").value.trim();
+  const seen = { text, beam, ...(body.max_len ? { max_len: body.max_len } : {}), ...(prefix ? { prefix } : {}) };
+  if (prefix) body.prefix = prefix;
   $("translate").disabled = true;
   showError("");
   try {
     const [translated, maps] = await Promise.all([
       postJSON("/translate", body),
-      postJSON("/attention", { text, beam, ...(body.max_len ? { max_len: body.max_len } : {}) }),
+      postJSON("/attention", seen).catch(() => null), // an export or an ensemble shows no attention
     ]);
     showTranslation(translated.translations[0]);
-    showAttention(maps);
+    $("attention").hidden = maps === null;
+    if (maps) showAttention(maps);
   } catch (err) {
     showError(err.message);
   } finally {
