@@ -1,4 +1,5 @@
 """bench/decode/models.py: two trained checkpoints decoded end to end, timed and scored side by side;
+bench/decode/dtypes.py gives every ratio a target, whichever decoder comes first;
 bench/decode/peer.py refuses to run without a checkpoint."""
 
 import subprocess
@@ -42,6 +43,18 @@ def test_a_model_against_itself_gains_nothing_and_each_search_gets_its_ratios(tr
     lines = result.stdout.splitlines()
     assert sum(" test sentences: " in line for line in lines) == 2  # one line per search
     assert not any("KV cache" in line for line in lines)  # the two models alone, no other measurement
+
+
+def test_dtypes_with_bfloat16_first_prints_each_ratio_with_its_target(trained_ckpt: Path) -> None:
+    result = run_bench(
+        "bench.decode.dtypes", "--ckpt", str(trained_ckpt), "--decoders", "bfloat16", "float32", "--reps", "1"
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = [line.split() for line in result.stdout.splitlines() if line.startswith("RATIO ")]
+    targets = {words[1]: words[4] for words in lines}
+    assert targets["beam5_over_greedy_bfloat16"] == targets["beam5_over_greedy_float32"] == "2.0"
+    assert targets["decode_greedy_speed_vs_bfloat16_float32"] == "1"  # no float32 first: once a StopIteration
+    assert targets["decode_beam5_bleu_vs_bfloat16_float32"] == "-0.3"
 
 
 def test_two_models_without_a_baseline_are_refused_with_the_reason(trained_ckpt: Path) -> None:

@@ -7,6 +7,10 @@ as the new beams (:func:`_prune`) and drops sentences that are done (:func:`_don
 and the cache. A sentence is done when no live beam can still enter its n-best, or at its length
 limit. (Stopping once K hypotheses have finished, fairseq's shortcut, returns poor early
 finishers of a confident model while its best beam is still mid-sentence.)
+
+A new beam that is its parent's first child takes the parent's row (:func:`_rows_in_place`), so a
+step copies only the cache rows of the beams that branched; a sentence's beams are therefore in no
+particular order, and nothing reads them in order.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ class _Beams:
     tokens: Tensor  # (n·L, t) tokens emitted so far
     n_finished: Tensor  # (n,) hypotheses finished so far
     threshold: Tensor  # (n,) score a hypothesis needs to enter the n-best; -inf until nbest finished
+    last_penalty: Tensor  # (n,) the length penalty at the length limit, the largest a sentence can reach
 
     def keep(self, index: Tensor) -> tuple[_Beams, Tensor]:
         """Only the sentences at ``index`` (n',); also returns their beam rows (n'·K,)."""
@@ -55,6 +60,7 @@ class _Beams:
             self.tokens[beam_rows],
             self.n_finished[index],
             self.threshold[index],
+            self.last_penalty[index],
         )
         return kept, beam_rows
 
@@ -101,20 +107,39 @@ def _finish_eos(
 
 
 def _prune(beams: _Beams, cand: _Candidates, k: int, eos_id: int) -> tuple[_Beams, Tensor]:
-    """The K best non-EOS candidates become the new beams; also returns each one's parent row (n·K,)."""
+    """The K best non-EOS candidates become the new beams, placed by :func:`_rows_in_place`; also
+    returns each one's parent row (n·K,)."""
     n, live = beams.scores.shape
     width = cand.scores.size(1)
     rank = torch.arange(width, device=cand.tokens.device) + (cand.tokens == eos_id) * width  # EOS ranks last
     pick = rank.topk(k, dim=1, largest=False).indices  # (n, K), best first
+    if live == k:
+        pick = pick.gather(1, _rows_in_place(cand.beams.gather(1, pick)))  # (n, K), in row order
     first_rows = torch.arange(n, device=pick.device)[:, None] * live  # (n, 1): row of each sentence's beam 0
     parents = (first_rows + cand.beams.gather(1, pick)).view(-1)  # (n·K,)
     tokens = torch.cat([beams.tokens[parents], cand.tokens.gather(1, pick).view(-1, 1)], dim=1)  # (n·K, t+1)
     return replace(beams, scores=cand.scores.gather(1, pick), tokens=tokens), parents
 
 
+def _rows_in_place(parents: Tensor) -> Tensor:
+    """Which new beam each of a sentence's K rows holds, (n, K), given each new beam's parent row
+    within its sentence, (n, K): a parent's first child stays in the parent's row, so its cache row
+    is not copied; the other children take, in order, the rows of parents without children."""
+    k = parents.size(1)
+    rows = torch.arange(k, device=parents.device)
+    child = parents[:, :, None] == rows  # (n, K new beams, K rows): beam j extends the beam of row r
+    stays = (child & (child.cumsum(1) == 1)).any(2)  # (n, K): j is its parent's first child
+    free = torch.where(child.any(1), k, rows).sort(dim=1).values  # (n, K): childless rows first
+    movers = (~stays).cumsum(1) - 1  # (n, K): each other child's rank among them
+    row = torch.where(stays, parents, free.gather(1, movers.clamp(min=0)))  # (n, K): each new beam's row
+    return torch.empty_like(row).scatter_(1, row, rows.expand_as(row))
+
+
 def _finish_at_limit(finished: list[list[Hypothesis]], beams: _Beams, t: int, cfg: DecodeConfig) -> Tensor:
     """Live beams of sentences that reached their length limit end without EOS; returns that mask (n,)."""
     at_limit = t + 1 >= beams.limits
+    if not at_limit.any():
+        return at_limit
     k = cfg.beam_size
     normalised = (beams.scores / length_penalty(t + 1, cfg.length_penalty)).tolist()
     for i in at_limit.nonzero().squeeze(1).tolist():
@@ -130,7 +155,7 @@ def _done(beams: _Beams, cfg: DecodeConfig) -> Tensor:
 
     A live score s <= 0 can only fall, so its best normalised value is s / penalty(limit).
     """
-    best_live = beams.scores.max(dim=1).values / length_penalty(beams.limits.float(), cfg.length_penalty)
+    best_live = beams.scores.max(dim=1).values / beams.last_penalty
     return (beams.n_finished >= cfg.nbest) & (best_live <= beams.threshold)
 
 
@@ -155,6 +180,7 @@ def beam_search(
         tokens=torch.empty(batch, 0, dtype=torch.long, device=device),
         n_finished=torch.zeros(batch, dtype=torch.long, device=device),
         threshold=torch.full((batch,), float("-inf"), device=device),
+        last_penalty=length_penalty(limits.float(), cfg.length_penalty),
     )
     finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
     last = torch.full((batch,), special.bos, dtype=torch.long, device=device)
@@ -164,10 +190,11 @@ def beam_search(
         _finish_eos(finished, beams, cand, t, cfg, special.eos)
         beams, parents = _prune(beams, cand, k, special.eos)
         active = ~(_finish_at_limit(finished, beams, t, cfg) | _done(beams, cfg))
-        if not active.any():
+        n_active = int(active.sum())
+        if n_active == 0:
             break
         keep = None  # every sentence stays: beams move within their own sentence only
-        if not active.all():  # drop the finished sentences, cache rows included, in the same gather
+        if n_active < active.numel():  # drop the finished sentences, cache rows included, in the same move
             keep = active.nonzero().squeeze(1)
             beams, beam_rows = beams.keep(keep)
             parents = parents[beam_rows]

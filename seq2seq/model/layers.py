@@ -101,6 +101,25 @@ class EncoderLayer(nn.Module):
         return self.ffn_block(x, self.ffn)
 
 
+class Moves:
+    """Where each row of a cache comes from after a reorder, and which rows that changes: row i
+    takes row ``source[i]`` (N',) of the cache before. Reading the changed rows is done once and
+    serves every layer's buffers."""
+
+    def __init__(self, source: Tensor) -> None:
+        self.source = source
+        self.changed = (source != torch.arange(source.numel(), device=source.device)).nonzero().squeeze(1)
+        self.from_rows = source[self.changed]
+
+    def apply(self, buffer: Tensor, length: int) -> Tensor:
+        """``buffer`` (N, H, capacity, D/H) with its first ``length`` positions moved in place, cut to
+        the N' rows kept. The changed rows are read before any is written, so sources may be targets."""
+        if self.changed.numel():
+            written = buffer[:, :, :length]
+            written.index_copy_(0, self.changed, written.index_select(0, self.from_rows))
+        return buffer[: self.source.numel()]
+
+
 @dataclass
 class LayerCache:
     """One decoder layer's incremental state: self-attention K/V buffers, fixed cross-attention K/V.
@@ -108,9 +127,9 @@ class LayerCache:
     The self-attention buffers hold ``capacity`` positions filled in place, so a step writes one
     slot instead of re-allocating and copying every earlier key/value (``torch.cat``); only the
     first ``length`` positions are valid. A full buffer doubles. The cross-attention K/V are kept
-    once per sentence, however many beam rows it has. A row selection writes into ``spare``, the
-    buffers the previous one read from, so reordering beams allocates nothing. Caches are for
-    inference: those writes into preallocated buffers are not followed by autograd.
+    once per sentence, however many beam rows it has. Rows move in place (:meth:`move`): a beam
+    that stays in its parent's row, or a sentence that keeps its place, copies nothing. Caches are
+    for inference: those writes into preallocated buffers are not followed by autograd.
     """
 
     self_k: Tensor  # (N, H, capacity, D/H), one row per beam
@@ -118,27 +137,30 @@ class LayerCache:
     cross_k: Tensor  # (n, H, S, D/H), one row per sentence
     cross_v: Tensor  # (n, H, S, D/H)
     length: int = 0  # valid self-attention positions
-    spare: tuple[Tensor, Tensor] | None = None  # where the next row selection writes
 
     def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> LayerCache:
-        """Self-attention rows at ``rows`` (N',); the sentences' cross-attention K/V at ``sentences``
-        (n',) when given, else unchanged (beams moved within their own sentence)."""
+        """Self-attention rows at ``rows`` (N',) in new buffers, for a search whose rows per sentence
+        change (beam search's first step); the sentences' cross-attention K/V at ``sentences`` (n',)
+        when given, else unchanged."""
         cross = (self.cross_k, self.cross_v)
         if sentences is not None:
             cross = tuple(t.index_select(0, sentences) for t in cross)
-        return LayerCache(*self._self_kv_rows(rows), *cross, self.length, (self.self_k, self.self_v))
-
-    def _self_kv_rows(self, rows: Tensor) -> list[Tensor]:
-        """The self-attention buffers' rows at ``rows``, valid positions only, written into the spares."""
-        out = []
-        for i, buffer in enumerate((self.self_k, self.self_v)):
-            spare = None if self.spare is None else self.spare[i]
-            if spare is None or spare.size(0) < rows.numel() or spare.shape[1:] != buffer.shape[1:]:
-                spare = buffer.new_empty(rows.numel(), *buffer.shape[1:])  # (N', H, capacity, D/H)
-            target = spare[: rows.numel()]
+        gathered = []
+        for buffer in (self.self_k, self.self_v):
+            target = buffer.new_empty(rows.numel(), *buffer.shape[1:])  # (N', H, capacity, D/H)
             torch.index_select(buffer[:, :, : self.length], 0, rows, out=target[:, :, : self.length])
-            out.append(target)
-        return out
+            gathered.append(target)
+        return LayerCache(*gathered, *cross, self.length)
+
+    def move(self, rows: Moves, sentences: Moves | None = None) -> LayerCache:
+        """Row i takes the self-attention K/V of row ``rows.source[i]``, in place; the sentences'
+        cross-attention K/V likewise when given. Only the rows that change are copied; the buffers
+        shrink to the rows kept."""
+        self_kv = [rows.apply(buffer, self.length) for buffer in (self.self_k, self.self_v)]
+        cross = (self.cross_k, self.cross_v)
+        if sentences is not None:
+            cross = tuple(sentences.apply(t, t.size(2)) for t in cross)
+        return LayerCache(*self_kv, *cross, self.length)
 
     def with_room(self) -> LayerCache:
         """This cache, with its self-attention buffers doubled (at least 8 more) when they are full."""
@@ -214,7 +236,7 @@ class DecoderLayer(nn.Module):
             cache.self_v[:, :, t : t + 1] = v
             return self.self_attn.attend(h, cache.self_k[:, :, : t + 1], cache.self_v[:, :, : t + 1])[0]
 
-        grown = LayerCache(cache.self_k, cache.self_v, cache.cross_k, cache.cross_v, t + 1, cache.spare)
+        grown = LayerCache(cache.self_k, cache.self_v, cache.cross_k, cache.cross_v, t + 1)
         return self._step_blocks(x, self_attention, cache, src_mask, beams), grown
 
     def step_at(

@@ -12,7 +12,7 @@ from torch import Tensor, nn
 from seq2seq.config import SPECIAL_IDS, ModelConfig, SpecialIds
 from seq2seq.model.attention import padding_mask
 from seq2seq.model.dropout import Dropout
-from seq2seq.model.layers import DecoderLayer, EncoderLayer, LayerCache
+from seq2seq.model.layers import DecoderLayer, EncoderLayer, LayerCache, Moves
 
 
 def sinusoidal_table(max_positions: int, d_model: int) -> Tensor:
@@ -80,13 +80,19 @@ class DecoderCache:
         self, rows: Tensor, sentences: Tensor | None = None, beams: int | None = None
     ) -> DecoderCache:
         """Self-attention rows at ``rows`` (n'·beams,); the sentences at ``sentences`` (n',), each now
-        with ``beams`` rows, when given (else the rows moved within their own sentence)."""
-        return DecoderCache(
-            [layer.reorder(rows, sentences) for layer in self.layers],
-            self.src_mask if sentences is None else self.src_mask.index_select(0, sentences),
-            self.length,
-            self.beams if beams is None else beams,
-        )
+        with ``beams`` rows, when given (else the rows moved within their own sentence).
+
+        The rows move in place, copying only those whose source differs, unless the rows per
+        sentence change (beam search's first step), which needs new buffers.
+        """
+        beams = self.beams if beams is None else beams
+        src_mask = self.src_mask if sentences is None else self.src_mask.index_select(0, sentences)
+        if beams != self.beams:
+            layers = [layer.reorder(rows, sentences) for layer in self.layers]
+        else:
+            moves, moved_sentences = Moves(rows), None if sentences is None else Moves(sentences)
+            layers = [layer.move(moves, moved_sentences) for layer in self.layers]
+        return DecoderCache(layers, src_mask, self.length, beams)
 
 
 class Transformer(nn.Module):
