@@ -123,7 +123,7 @@ def stop_reason(trainer: pl.Trainer) -> str:
     first, as early stopping at the same step changed nothing."""
     timer = time_limit(trainer)
     if timer is not None and timer.time_remaining() <= 0:
-        return f"trainer.max_time {clock_time(timer.time_elapsed() + timer.time_remaining())} reached"
+        return f"trainer.max_time {clock_time(round(timer.time_elapsed() + timer.time_remaining()))} reached"
     if 0 < trainer.max_steps <= trainer.global_step:
         return f"trainer.max_steps={trainer.max_steps} reached"
     max_epochs = trainer.max_epochs
