@@ -366,6 +366,7 @@ class CallbacksConfig:
 
     checkpoint_every_n_steps: int = 500  # also refresh last.ckpt this often (kill -9 recovery); 0 = off
     early_stopping_patience: int = 5  # validations without a better val/bleu before stopping; 0 = off
+    min_steps_between_validations: int = 100  # closer validations (a short epoch) are spread to this; 0 = off
     keep_last: int = 0  # also keep the last N validations' weights, step-<step>.ckpt, to average; 0 = off
     progress_bar: bool = True  # rich progress bar with tokens/s and validation scores
     progress_every_n_steps: int = 500  # a plain progress line in the log this often; 0 = off
@@ -376,6 +377,7 @@ class CallbacksConfig:
         for name in (
             "checkpoint_every_n_steps",
             "early_stopping_patience",
+            "min_steps_between_validations",
             "keep_last",
             "progress_every_n_steps",
             "progress_every_s",

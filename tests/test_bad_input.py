@@ -324,9 +324,7 @@ def test_a_bad_resume_checkpoint_is_one_line_before_the_run_writes(
 ) -> None:
     if kind == "other model":  # the fixture's model is configs/model/tiny.yaml's, 32 wide
         path, overrides = checkpoint, ["model.d_model=64"]
-        reason = (
-            f"{path} has model.d_model=32, this run model.d_model=64: set them as the checkpoint has them"
-        )
+        reason = f"{path} has model.d_model=32, this run model.d_model=64: set it as the checkpoint has it"
     else:
         path, reason = _bad_checkpoint(kind, checkpoint, tmp_path)
         overrides, reason = [], f"cannot read checkpoint {path}: {reason}"

@@ -117,8 +117,33 @@ def test_train_py_says_so_in_one_line(base: Path, tmp_path: Path) -> None:
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1] == (
         f"error: init_from: {base} has model.n_heads=2, this run model.n_heads=4: "
-        "set them as the checkpoint has them"
+        "set it as the checkpoint has it"
     )
+
+
+def test_each_key_that_differs_gets_its_own_line(base: Path, tmp_path: Path) -> None:
+    result = python(
+        "train.py", "experiment=tiny", f"init_from={base}", "model=small", "data.vocab_size=500",
+        f"data.cache_dir={tmp_path / 'cache'}", f"hydra.run.dir={tmp_path / 'run'}",
+    )  # fmt: skip
+    lines = result.stderr.strip().splitlines()
+    errors = [line for line in lines if line.startswith("error: ")]
+    assert result.returncode == 1 and errors == lines[-len(errors) :]
+    text = "\n".join(errors)
+    assert f"error: init_from: {base} has data.vocab_size=300, this run data.vocab_size=500: " in text
+    assert f"error: init_from: {base} has model.d_model=32, this run model.d_model=256: " in text
+    assert all(line.endswith("set it as the checkpoint has it") for line in errors)
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_tokenizer_keys_come_from_the_checkpoint(base: Path) -> None:
+    """The tiny experiment's corpus group says vocab_size 300; the spa_eng group, picked here, 8000."""
+    overrides = hydra_args(
+        prepare_launch(["experiment=tiny", "data=spa_eng", f"init_from={base}"], {}, CPU, CONFIGS).argv
+    ).overrides
+    run = validated_run(compose_run(CONFIGS, overrides))
+    assert (run.data.vocab_size, run.data.shared_vocab, run.data.tokenizer) == (300, True, "bpe")
+    assert open_start(run) is not None
 
 
 def test_dropout_may_change(base: Path, tmp_path: Path) -> None:
@@ -177,7 +202,7 @@ def launched(ckpt: Path, gpu: str | None, *extra: str) -> list[str]:
         arg.replace("runs/<run>/checkpoints/best.ckpt", str(ckpt)).replace("my-domain.tsv", str(ORDERS))
         for arg in fine_tune_line()
     ]
-    launch = prepare_launch([*argv, "data.vocab_size=300", *extra], {}, gpu, CONFIGS)
+    launch = prepare_launch([*argv, *extra], {}, gpu, CONFIGS)
     return hydra_args(launch.argv).overrides
 
 

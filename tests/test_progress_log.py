@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import logging
 import re
+import sys
 
 import pytest
+import pytorch_lightning as pl
 import torch
 from compose import tiny_run
 from in_process import python
@@ -14,7 +16,7 @@ from step_clock import step_clock
 
 from seq2seq.launch.start import start_run
 from seq2seq.training.budget import clock_time
-from seq2seq.training.progress_log import TO_CONSOLE, ConsoleFilter
+from seq2seq.training.progress_log import TO_CONSOLE, ConsoleFilter, EpochBar, progress_bar
 
 STEP_LINE = re.compile(
     r"step (\d+) \| epoch \d+ \| loss [\d.]+ \| lr [\d.e+-]+ \| \d+ tokens/s"
@@ -48,7 +50,8 @@ def test_a_line_every_n_steps_or_seconds(tmp_path, caplog, monkeypatch, every, e
 
 def test_each_validation_says_its_scores_and_whether_it_is_the_best(tmp_path, caplog) -> None:
     caplog.set_level(logging.INFO, logger="seq2seq.training.progress_log")
-    start_run(tiny_run(tmp_path / "run", tmp_path / "cache", "callbacks.progress_every_n_steps=0"))
+    off = ("callbacks.progress_every_n_steps=0", "callbacks.progress_every_s=0")  # validations' lines only
+    start_run(tiny_run(tmp_path / "run", tmp_path / "cache", *off))
     lines = re.findall(r"validation at step (\d+): BLEU ([\d.]+), chrF [\d.]+, (.*)", caplog.text)
     assert len(lines) == 2 and lines[0][2] == "the best so far"  # tiny: two epochs, one validation each
     assert lines[1][2] == "the best so far" or lines[1][2] == f"best {lines[0][1]}"
@@ -85,4 +88,22 @@ def test_train_py_writing_to_a_file_shows_progress_and_validations_as_it_trains(
     assert result.returncode == 0, text[-3000:]
     assert progress_steps(text)[:2] == [5, 10]
     assert re.search(r"\]\[seq2seq\.training\.progress_log\]\[INFO\] - validation at step \d+: BLEU", text)
-    assert progress_steps((tmp_path / "run" / "train.log").read_text()) == progress_steps(text)
+    log = (tmp_path / "run" / "train.log").read_text()
+    assert progress_steps(log) == progress_steps(text)
+    assert not re.search(r"Epoch \d", text)  # no frame of a progress bar in a file
+    assert re.search(r"stopped at step \d+ \(epoch 1\): trainer.max_epochs=1 reached\n", log)
+
+
+def test_a_bar_is_drawn_only_on_a_terminal(monkeypatch) -> None:
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: False)
+    assert progress_bar(True) is None
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    assert isinstance(progress_bar(True), EpochBar) and progress_bar(False) is None
+
+
+@pytest.mark.parametrize(("max_epochs", "shown"), [(-1, "Epoch 4"), (10, "Epoch 4/9")])
+def test_the_bar_counts_epochs_without_a_negative_total(max_epochs: int, shown: str) -> None:
+    bar = EpochBar()
+    trainer = pl.Trainer(max_epochs=max_epochs, callbacks=[bar], logger=False, enable_checkpointing=False)
+    bar.setup(trainer, trainer.lightning_module, "fit")
+    assert bar._get_train_description(4).strip() == shown

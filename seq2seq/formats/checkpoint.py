@@ -189,8 +189,17 @@ def read_checkpoint(
 
 def stored_model_config(path: str | Path) -> ModelConfig:
     """The model config a checkpoint stores, its tensors left on disk; a bad entry is a CheckpointError."""
+    return _stored(path, ModelConfig, "model_config")
+
+
+def stored_data_config(path: str | Path) -> DataConfig:
+    """The data config a checkpoint stores (its tokenizer's keys among them), its tensors left on disk."""
+    return _stored(path, DataConfig, "data_config")
+
+
+def _stored(path: str | Path, schema: type, name: str) -> Any:
     try:
-        return ModelConfig(**read_checkpoint(path, mmap=True)[KEY]["model_config"])
+        return schema(**read_checkpoint(path, mmap=True)[KEY][name])
     except (KeyError, TypeError, ValueError) as err:
         raise CheckpointError(f"{path}: unusable seq2seq entry ({type(err).__name__}: {err})") from err
 

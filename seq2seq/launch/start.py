@@ -53,7 +53,7 @@ from seq2seq.machine.hardware import settle_machine_choices
 from seq2seq.training.module import NonFiniteLossError
 from seq2seq.training.requeue import RequeueOnSignal, requeued_checkpoint, starts_over
 from seq2seq.training.run import train
-from seq2seq.training.starting_point import model_overrides
+from seq2seq.training.starting_point import start_overrides
 
 log = logging.getLogger(__name__)
 
@@ -72,10 +72,11 @@ def prepare_launch(argv: list[str], env: Mapping[str, str], gpu: str | None, con
     the CUDA device's name, or None). Composes, and writes nothing."""
     register_resolvers()
     with_recipe, recipe = choose_recipe(argv, gpu, config_dir)
-    model, start = model_overrides(hydra_args(argv).overrides)
-    if model:
-        with_recipe = insert_overrides(with_recipe, model)
-        recipe += f"; the model keys from init_from={start}, where the command line sets none"
+    keys, start = start_overrides(hydra_args(argv).overrides)
+    if keys:
+        with_recipe = insert_overrides(with_recipe, keys)
+        kinds = "model and tokenizer" if any(key.startswith("model.") for key in keys) else "tokenizer"
+        recipe += f"; the {kinds} keys from init_from={start}, where the command line sets none"
     args = hydra_args(with_recipe)
     config = None
     if not (args.help or args.hydra_help or args.shell_completion or args.experimental_rerun):
@@ -170,6 +171,12 @@ def start_run(
         run_dir.release()
 
 
+def error_lines(err: Exception) -> str:
+    """What stderr gets for an expected failure: ``error: ...``, one line per thing to fix (an
+    ``init_from`` that differs in two keys gives two)."""
+    return "\n".join(f"error: {line}" for line in str(err).splitlines())
+
+
 def run_job(cfg: DictConfig, launch: Launch) -> float | None:
     """Hydra's task: the run, with expected failures as one line and a non-zero exit instead of a
     traceback; returns ``val/bleu``, the value ``--multirun`` sweepers optimise."""
@@ -178,7 +185,7 @@ def run_job(cfg: DictConfig, launch: Launch) -> float | None:
         with RequeueOnSignal(rank_zero_only.rank).armed():  # from the start: data preparation too
             metrics = start_run(cfg, launch.run_dir)
     except (ConfigError, DataError, CheckpointError, NonFiniteLossError) as err:
-        sys.exit(f"error: {err}")
+        sys.exit(error_lines(err))
     except KeyboardInterrupt:  # Ctrl-C: before training, or during it once last.ckpt is saved
         print("interrupted", file=sys.stderr)
         sys.exit(INTERRUPTED)
@@ -193,7 +200,7 @@ def main(config_dir: Path) -> None:
     try:
         launch = claim_directory(prepare_launch(sys.argv[1:], os.environ, gpu, config_dir), os.environ)
     except ConfigError as err:
-        sys.exit(f"error: {err}")
+        sys.exit(error_lines(err))
     sys.argv[1:] = launch.argv
     run_with_hydra = hydra.main(version_base="1.3", config_path=str(config_dir), config_name=CONFIG_NAME)
     run_with_hydra(lambda cfg: run_job(cfg, launch))()

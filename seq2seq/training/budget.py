@@ -75,20 +75,6 @@ def estimated_steps(step: int, measured: int, spent: float, window: float, remai
     return step + measured / spent * remaining
 
 
-def limits(trainer: pl.Trainer) -> str:
-    """What can end the run, in words: the clock, the step and epoch caps, early stopping."""
-    timer = time_limit(trainer)
-    parts = [f"max_time {clock_time(timer.time_elapsed() + timer.time_remaining())}"] if timer else []
-    if trainer.max_steps >= 0:
-        parts.append(f"max_steps {trainer.max_steps}")
-    if trainer.max_epochs is not None and trainer.max_epochs >= 0:
-        parts.append(f"max_epochs {trainer.max_epochs}")
-    stopper = trainer.early_stopping_callback
-    if stopper is not None:
-        parts.append(f"early stopping after {stopper.patience} validations without a gain in val/bleu")
-    return ", ".join(parts) + ", whichever comes first" if len(parts) > 1 else (parts or ["none"])[0]
-
-
 def set_dropout(model: Transformer, enabled: bool) -> None:
     """Dropout as configured, or none at all."""
     for module in model.modules():
@@ -118,7 +104,6 @@ class Budget(pl.Callback):
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: Any) -> None:
         self._step_budget = trainer.estimated_stepping_batches
-        log.info("limits: %s", limits(trainer))
         if self.dropout_min_epochs <= 0:
             return
         if self.epochs is None and time_limit(trainer) is None:  # the steps alone decide

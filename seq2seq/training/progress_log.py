@@ -1,11 +1,11 @@
 """Training progress as plain log lines, for logs that no terminal shows.
 
 The progress bar redraws one line on a terminal; written to a file (``nohup``, SLURM's
-``--output``, a CI log) it shows nothing until its last frame at the end of the run. So every
-so many steps or seconds a line says where training is, and every validation says its scores.
-The lines always reach the run's ``train.log``; on the console they are left out only where a
-progress bar is drawn on a terminal. Hydra's job logging (configs/hydra/job_logging/rich.yaml)
-takes its console handler from :func:`console_handler` and its filter from :class:`ConsoleFilter`.
+``--output``, a CI log) it would be frames, so it is drawn on a terminal only (:func:`progress_bar`).
+Every so many steps or seconds a line says where training is, and every validation says its
+scores. The lines always reach the run's ``train.log``, and the console where no bar is drawn.
+Hydra's job logging (configs/hydra/job_logging/rich.yaml) takes its console handler from
+:func:`console_handler` and its filter from :class:`ConsoleFilter`.
 
 Once, at the start, a line states the global batch (:class:`GlobalBatch`): the learning rate and
 warmup are tuned for a number of tokens per optimizer step, which grows with every process and
@@ -21,6 +21,7 @@ import time
 from typing import Any
 
 import pytorch_lightning as pl
+from pytorch_lightning.callbacks import RichProgressBar
 from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.utilities import rank_zero_only
 from rich.logging import RichHandler
@@ -41,6 +42,22 @@ def console_handler(plain_format: str) -> logging.Handler:
     handler = logging.StreamHandler(sys.stdout)
     handler.setFormatter(logging.Formatter(plain_format))
     return handler
+
+
+class EpochBar(RichProgressBar):
+    """Rich's progress bar, whose epoch count says ``Epoch 4`` where no epoch limit is set
+    (Lightning's would say ``Epoch 4/-2`` for ``max_epochs=-1``)."""
+
+    def _get_train_description(self, current_epoch: int) -> str:
+        max_epochs = self.trainer.max_epochs
+        described = f"Epoch {current_epoch}" + (f"/{max_epochs - 1}" if max_epochs and max_epochs > 0 else "")
+        return f"{described:{len(self.validation_description)}}"  # as wide as "Validation": no flicker
+
+
+def progress_bar(enabled: bool) -> RichProgressBar | None:
+    """The progress bar where ``callbacks.progress_bar`` asks for one and stdout is a terminal;
+    written to a file a bar is only its frames, and the plain lines (:class:`ProgressLog`) say it all."""
+    return EpochBar() if enabled and sys.stdout.isatty() else None
 
 
 class ConsoleFilter(logging.Filter):
@@ -76,8 +93,7 @@ class ProgressLog(pl.Callback):
         self._best: float | None = None  # val/bleu of best.ckpt
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: Any) -> None:
-        bar_on_terminal = trainer.progress_bar_callback is not None and sys.stdout.isatty()
-        self._to_console = not bar_on_terminal
+        self._to_console = trainer.progress_bar_callback is None  # a bar is drawn on a terminal only
         self._started = self._last_time = time.monotonic()
         self._last_step = trainer.global_step
         self._tokens = 0

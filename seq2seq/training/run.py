@@ -12,7 +12,7 @@ from typing import Any
 import pytorch_lightning as pl
 import torch
 from omegaconf import OmegaConf
-from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint, RichProgressBar
+from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.utilities import rank_zero_only
 
@@ -26,9 +26,10 @@ from seq2seq.training.checkpointing import AtomicCheckpointIO, InterruptBetweenB
 from seq2seq.training.final_validation import ValidateAtTheEnd
 from seq2seq.training.module import TranslationModule
 from seq2seq.training.monitoring import TensorBoardPanels
-from seq2seq.training.progress_log import GlobalBatch, ProgressLog
+from seq2seq.training.progress_log import GlobalBatch, ProgressLog, progress_bar
 from seq2seq.training.requeue import slurm_environment
 from seq2seq.training.starting_point import load_weights, open_start
+from seq2seq.training.stopping import EarlyStoppingAfterWarmup, StopReport, ValidationSpacing, counting_from
 from seq2seq.training.time_shares import TimeShares
 
 log = logging.getLogger(__name__)
@@ -60,6 +61,8 @@ def build_trainer(run: RunConfig, run_dir: Path) -> pl.Trainer:
         TimeShares(),
         GlobalBatch(run.data.max_tokens),
         ProgressLog(callbacks_cfg.progress_every_n_steps, callbacks_cfg.progress_every_s),
+        ValidationSpacing(callbacks_cfg.min_steps_between_validations),
+        StopReport(),
     ]
     if callbacks_cfg.keep_last:
         # Weights only, for averaging (python -m seq2seq.training.average); "step" always rises, so the top N
@@ -77,15 +80,12 @@ def build_trainer(run: RunConfig, run_dir: Path) -> pl.Trainer:
             )
         )
     if callbacks_cfg.early_stopping_patience:
-        # Checked after each validation, which is when val/bleu changes. Left to itself, Lightning
-        # (2.6) decides this from trainer.val_check_interval, an attribute a time-based interval
-        # (the GPU recipe's) leaves unset, and the run dies in its setup.
-        patience = callbacks_cfg.early_stopping_patience
         callbacks.append(
-            EarlyStopping(monitor="val/bleu", mode="max", patience=patience, check_on_train_epoch_end=False)
+            EarlyStoppingAfterWarmup(callbacks_cfg.early_stopping_patience, *counting_from(run.optim))
         )
-    if callbacks_cfg.progress_bar:
-        callbacks.append(RichProgressBar())
+    bar = progress_bar(callbacks_cfg.progress_bar)
+    if bar is not None:
+        callbacks.append(bar)
     loggers: list[Any] = []
     if logger_cfg.tensorboard:
         loggers.append(
@@ -98,7 +98,7 @@ def build_trainer(run: RunConfig, run_dir: Path) -> pl.Trainer:
             default_root_dir=str(run_dir),
             callbacks=callbacks,
             logger=loggers or False,
-            enable_progress_bar=callbacks_cfg.progress_bar,
+            enable_progress_bar=bar is not None,
             use_distributed_sampler=False,  # the token-budget sampler shards by rank itself
             plugins=[AtomicCheckpointIO(), *slurm_environment()],
         )

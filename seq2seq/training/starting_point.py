@@ -7,12 +7,19 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from seq2seq.config import ConfigError, RunConfig
-from seq2seq.formats.checkpoint import CheckpointError, LoadedModel, load_model, stored_model_config
+from seq2seq.formats.checkpoint import (
+    CheckpointError,
+    LoadedModel,
+    load_model,
+    stored_data_config,
+    stored_model_config,
+)
 from seq2seq.training.module import TranslationModule
 
 log = logging.getLogger(__name__)
@@ -42,31 +49,37 @@ def _opened(key: str, path: str | None, run: RunConfig) -> LoadedModel | None:
     return start
 
 
-def model_overrides(overrides: list[str]) -> tuple[list[str], str | None]:
-    """The ``model.*`` overrides that give a run started ``init_from=CKPT`` its checkpoint's model,
-    whatever model group the recipe picks, and the checkpoint's path; none where the command line
-    picks the model group itself or names no readable checkpoint (:func:`open_start` then says why).
-    Placed before the command line's own overrides, which win: ``model.dropout=0.2`` still applies."""
+def start_overrides(overrides: list[str]) -> tuple[list[str], str | None]:
+    """The overrides that give a run started ``init_from=CKPT`` its checkpoint's model, whatever model
+    group the recipe picks (unless the command line picks one itself), and the keys that made its
+    tokenizer, which the run keeps; and the checkpoint's path. None where the command line names no
+    readable checkpoint (:func:`open_start` then says why). Placed before the command line's own
+    overrides, which win: ``model.dropout=0.2`` still applies, and a tokenizer key set to another
+    value is :func:`check_agrees`'s error."""
     given = {arg.lstrip("+").split("=", 1)[0]: arg.split("=", 1)[1] for arg in overrides if "=" in arg}
     path = given.get("init_from")
-    if path is None or "model" in given or not Path(path).is_file():
+    if path is None or not Path(path).is_file():
         return [], None
     try:
-        stored = stored_model_config(path)
+        model, data = stored_model_config(path), stored_data_config(path)
     except (CheckpointError, ConfigError):
         return [], None
-    return [f"model.{key}={_value(value)}" for key, value in asdict(stored).items()], path
+    keys = {} if "model" in given else {f"model.{key}": value for key, value in asdict(model).items()}
+    keys |= {f"data.{key}": getattr(data, key) for key in TOKENIZER_KEYS}
+    return [f"{key}={_value(value)}" for key, value in keys.items()], path
 
 
 def _value(value: Any) -> str:
-    """A value as an override writes it: true, null, [a,b]."""
-    return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+    """A value as an override writes it: true, null, [a,b], a path quoted where Hydra's grammar needs it."""
+    if isinstance(value, str):
+        return value if re.fullmatch(r"[\w./+-]+", value) else json.dumps(value)
+    return json.dumps(value, separators=(",", ":"))
 
 
 def check_agrees(start: LoadedModel, run: RunConfig, named: str) -> None:
     """The run's model and tokenizer keys must be the checkpoint's, so the weights fit and mean the
-    same tokens, and so does its direction; one line, headed ``named`` (the key and the path), names
-    every key that differs."""
+    same tokens, and so does its direction; one line per key that differs, each headed ``named``
+    (the key and the path)."""
     theirs = {f"model.{key}": value for key, value in asdict(start.model_config).items()}
     ours = {f"model.{key}": value for key, value in asdict(run.model).items()}
     for key in (*TOKENIZER_KEYS, "direction"):
@@ -74,10 +87,13 @@ def check_agrees(start: LoadedModel, run: RunConfig, named: str) -> None:
     free = {f"model.{key}" for key in FREE_MODEL_KEYS}
     differ = [key for key in theirs if key not in free and theirs[key] != ours[key]]
     if differ:
-        has, run_has = (
-            " ".join(f"{key}={_value(values[key])}" for key in differ) for values in (theirs, ours)
+        raise ConfigError(
+            "\n".join(
+                f"{named} has {key}={_value(theirs[key])}, this run {key}={_value(ours[key])}: "
+                "set it as the checkpoint has it"
+                for key in differ
+            )
         )
-        raise ConfigError(f"{named} has {has}, this run {run_has}: set them as the checkpoint has them")
 
 
 def load_weights(module: TranslationModule, start: LoadedModel) -> None:
