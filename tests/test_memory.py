@@ -33,10 +33,12 @@ def test_jemalloc_goes_first_in_ld_preload_on_a_cpu_with_native_bf16() -> None:
     assert preloaded_environment({CHOICE: "system"}, BOTH, True) is None
 
 
-def test_without_jemalloc_the_packaged_mimalloc_is_preloaded() -> None:
-    """The README's install brings mimalloc (cmeel-mimalloc); jemalloc needs a system package."""
-    assert preloaded_environment({}, MIMALLOC_ONLY, True) == {"LD_PRELOAD": MIMALLOC}
-    chosen = {CHOICE: "mimalloc"}
+def test_without_jemalloc_the_packaged_mimalloc_is_preloaded_keeping_its_pages() -> None:
+    """The README's install brings mimalloc (cmeel-mimalloc); jemalloc needs a system package.
+    mimalloc keeps the pages it frees unless the environment says otherwise."""
+    kept = {"MIMALLOC_PURGE_DELAY": "-1"}
+    assert preloaded_environment({}, MIMALLOC_ONLY, True) == {**kept, "LD_PRELOAD": MIMALLOC}
+    chosen = {CHOICE: "mimalloc", "MIMALLOC_PURGE_DELAY": "100"}
     assert preloaded_environment(chosen, BOTH, True) == {**chosen, "LD_PRELOAD": MIMALLOC}
 
 

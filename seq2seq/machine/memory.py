@@ -32,6 +32,9 @@ CHOICE = "SEQ2SEQ_ALLOCATOR"
 ALLOCATORS = ("jemalloc", "mimalloc")  # auto's order of preference, on a CPU with native bf16
 CHOICES = ("auto", *ALLOCATORS, "system")
 MIMALLOC_PACKAGE = "cmeel-mimalloc"
+# mimalloc's defaults hand freed pages back after a second, on transparent huge pages: each page
+# faulted in again cost the bf16 default a quarter of its steps. Kept, its pages stay flat enough.
+SETTINGS = {"mimalloc": {"MIMALLOC_PURGE_DELAY": "-1"}}  # a value in the environment wins
 
 
 def jemalloc_library() -> str | None:
@@ -69,14 +72,16 @@ def preloaded_environment(
     env: Mapping[str, str], libraries: Mapping[str, str | None], native_bf16: bool
 ) -> dict[str, str] | None:
     """``env`` with the first wanted and installed allocator's library (``libraries``) first in
-    ``LD_PRELOAD``, or None where nothing is to be done: none wanted (:func:`wanted_allocators`) or
-    installed, or one already preloaded (so one re-execution ends there)."""
+    ``LD_PRELOAD`` and its :data:`SETTINGS`, or None where nothing is to be done: none wanted
+    (:func:`wanted_allocators`) or installed, or one already preloaded (so one re-execution ends
+    there)."""
     preloaded = env.get("LD_PRELOAD", "")
     wanted = wanted_allocators(env, native_bf16)
-    library = next((libraries[name] for name in wanted if libraries.get(name)), None)
-    if library is None or any(name in preloaded for name in ALLOCATORS):
+    name = next((name for name in wanted if libraries.get(name)), None)
+    if name is None or any(each in preloaded for each in ALLOCATORS):
         return None
-    return {**env, "LD_PRELOAD": f"{library}:{preloaded}" if preloaded else library}
+    library = libraries[name]
+    return {**SETTINGS.get(name, {}), **env, "LD_PRELOAD": f"{library}:{preloaded}" if preloaded else library}
 
 
 def allocator(
