@@ -228,7 +228,19 @@ def requirements_table(records: dict[str, dict[str, Any]], _: str | None) -> str
         if r.get("gpu_memory_gib") is not None:
             gpu = f"{number(r['gpu_memory_gib'])} GiB on {r['machine']['cpu']} ({r['gpu_memory_note']})"
     rows.append(["GPU memory, `experiment=spa_en_gpu`", gpu])
+    for r in (r for r in records.values() if r["kind"] == "run-memory"):
+        what = f"memory (RAM): the {r['minutes']}-minute default in {r['precision']}"
+        rows.append([what, run_memory(r)])
     return markdown(["what", "needs"], rows)
+
+
+def run_memory(record: dict[str, Any]) -> str:
+    """A ``run-memory`` record as the README's requirements row: every process of the run."""
+    return (
+        f"{number(record['trainer_peak_rss_gib'])} GiB peak RSS of the trainer, "
+        f"{number(record['run_peak_pss_gib'])} GiB peak PSS of the whole run (trainer and loader worker), "
+        f"under {record['allocator']}, on {record['machine']['cpu']} ({record['steps']:,} steps)"
+    )
 
 
 TABLES: dict[str, Callable[[dict[str, dict[str, Any]], Any], str]] = {
