@@ -76,7 +76,11 @@ def _exit_status(code: object) -> int:
 @contextlib.contextmanager
 def _out_of_sys_modules(module: str) -> Iterator[None]:
     """A module that a test imported runs as ``__main__`` as in a process of its own, without
-    runpy's warning that it is imported already."""
+    runpy's warning that it is imported already. A package stays: its ``__main__`` runs, and a
+    package imported anew would not hold the submodules the run imports for the tests after it."""
+    imported = sys.modules.get(module)
+    if imported is not None and hasattr(imported, "__path__"):
+        module = f"{module}.__main__"
     imported = sys.modules.pop(module, None)
     try:
         yield

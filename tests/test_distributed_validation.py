@@ -71,7 +71,7 @@ def test_budget_ranks_decide_together_on_rank_0s_clock(monkeypatch: pytest.Monke
     clock = SimpleNamespace(now=0.0)
     monkeypatch.setattr(budget, "time", SimpleNamespace(monotonic=lambda: clock.now))
     model = Transformer(ModelConfig(d_model=16, n_heads=2, d_ff=32, dropout=0.1), 50, 50)
-    module, sent = SimpleNamespace(model=model), []
+    module, sent = SimpleNamespace(model=model, compile_seconds=lambda: 0.0), []
     ranks = []
     for rank in range(2):
         trainer = SimpleNamespace(

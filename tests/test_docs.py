@@ -255,7 +255,7 @@ def test_a_documented_script_command_parses(cmd: Command, monkeypatch: pytest.Mo
 
 RUN = ("translate.py", "-m seq2seq.inference.shortlist", "-m seq2seq.export", "-m seq2seq.training.average",
        "-m bench.decode.dtypes")  # fmt: skip
-CHECKPOINTS = ("best.ckpt", "runs/x/checkpoints/best.ckpt", "runs/x/checkpoints/last.ckpt",
+CHECKPOINTS = ("best.ckpt", "last.ckpt", "runs/x/checkpoints/best.ckpt", "runs/x/checkpoints/last.ckpt",
                "runs/x/checkpoints/step-100.ckpt", "runs/x/checkpoints/step-200.ckpt",
                "runs/es-en/checkpoints/best.ckpt", "runs/es-en-dev/checkpoints/best.ckpt")  # fmt: skip
 

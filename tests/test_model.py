@@ -211,9 +211,9 @@ def test_cache_index_select_follows_rows():
     memory, src_mask = model.encode(src)
     cache = model.start_cache(memory, src_mask)
     _, cache = model.step(tgt[:, 0], cache)
-    swapped = cache.index_select(torch.tensor([1, 0]))
-    logits, _ = model.step(tgt[:, 1].flip(0), swapped)
     expected, _ = model.step(tgt[:, 1], cache)
+    swapped = cache.index_select(torch.tensor([1, 0]))  # moves the rows in place: cache is spent
+    logits, _ = model.step(tgt[:, 1].flip(0), swapped)
     torch.testing.assert_close(logits, expected.flip(0))
 
 
