@@ -228,7 +228,8 @@ def requirements_table(records: dict[str, dict[str, Any]], _: str | None) -> str
         if r.get("gpu_memory_gib") is not None:
             gpu = f"{number(r['gpu_memory_gib'])} GiB on {r['machine']['cpu']} ({r['gpu_memory_note']})"
     rows.append(["GPU memory, `experiment=spa_en_gpu`", gpu])
-    for r in (r for r in records.values() if r["kind"] == "run-memory"):
+    # a record with "peer_of" is the comparison run beside another (another allocator), not the default's
+    for r in (r for r in records.values() if r["kind"] == "run-memory" and not r.get("peer_of")):
         what = f"memory (RAM): the {r['minutes']}-minute default in {r['precision']}"
         rows.append([what, run_memory(r)])
     return markdown(["what", "needs"], rows)
