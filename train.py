@@ -2,7 +2,8 @@
 
 from pathlib import Path
 
-import seq2seq.machine.threads  # first of ours, and nothing above loads torch: see its docstring
+import seq2seq.machine.onednn_cache  # first of ours, and nothing above loads torch: see their docstrings
+import seq2seq.machine.threads
 import seq2seq.machine.use_allocator  # noqa: F401  (restarts under jemalloc or mimalloc, before torch loads)
 
 # isort: split
