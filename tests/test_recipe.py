@@ -278,7 +278,7 @@ def test_train_py_composes_and_validates_a_run_once_and_hydra_writes_its_files(t
     result = train_py(*overrides, f"hydra.run.dir={run_dir}")
     assert result.returncode == 0, result.stderr[-3000:]
     assert counts == {"composed": 1, "validated": 1}
-    assert OmegaConf.load(run_dir / ".hydra" / "overrides.yaml") == overrides  # the task's, as Hydra keeps them
+    assert OmegaConf.load(run_dir / ".hydra" / "overrides.yaml") == overrides  # the task's
     assert OmegaConf.load(run_dir / ".hydra" / "config.yaml").trainer.max_steps == 2
     hydra_cfg = OmegaConf.load(run_dir / ".hydra" / "hydra.yaml").hydra
     assert (hydra_cfg.runtime.output_dir, hydra_cfg.job.name) == (str(run_dir), "train")
