@@ -7,7 +7,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from seq2seq.config import DataConfig, ModelConfig, validated
+from seq2seq.config import DataConfig, ModelConfig, RunConfig, validated, validated_run
 from seq2seq.launch.composing import compose_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,6 +23,11 @@ def tiny_run(run_dir: Path, cache_dir: Path, *overrides: str) -> DictConfig:
     return compose_train(
         "experiment=tiny", f"output_dir={run_dir}", f"data.cache_dir={cache_dir}", *overrides
     )
+
+
+def tiny_job(run_dir: Path, cache_dir: Path, *overrides: str) -> RunConfig:
+    """:func:`tiny_run` validated, as ``train.py`` plans it (``start_run`` takes it)."""
+    return validated_run(tiny_run(run_dir, cache_dir, *overrides))
 
 
 def model_config(name: str) -> ModelConfig:

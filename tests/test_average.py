@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from compose import ROOT, tiny_run
+from compose import ROOT, tiny_job
 
 from seq2seq.export.__main__ import main as export_main
 from seq2seq.formats.checkpoint import (
@@ -30,7 +30,7 @@ OLDEST = sorted((ROOT / "tests" / "fixtures").glob("checkpoint-*.ckpt"))[0]
 def kept(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Three epochs of the tiny experiment, a validation after each, keeping the last two."""
     tmp = tmp_path_factory.mktemp("kept")
-    start_run(tiny_run(tmp / "run", tmp / "cache", "trainer.max_epochs=3", "callbacks.keep_last=2"))
+    start_run(tiny_job(tmp / "run", tmp / "cache", "trainer.max_epochs=3", "callbacks.keep_last=2"))
     return tmp / "run" / "checkpoints"
 
 
@@ -83,7 +83,7 @@ def test_every_command_opens_the_average(
     opened = serve_cli.load(serve_cli.build_parser().parse_args(["--ckpt", str(averaged), "--device", "cpu"]))
     assert "val BLEU unknown" in serve_cli.describe_model(opened.facts)
     assert export_main(["--ckpt", str(averaged), str(tmp_path / "ct2")]) == 0
-    start_run(tiny_run(tmp_path / "run", tmp_path / "cache", f"init_from={averaged}", "trainer.max_steps=1"))
+    start_run(tiny_job(tmp_path / "run", tmp_path / "cache", f"init_from={averaged}", "trainer.max_steps=1"))
     assert (tmp_path / "run" / "checkpoints" / "last.ckpt").is_file()
 
 

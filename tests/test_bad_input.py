@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from compose import ROOT, tiny_run
+from compose import ROOT, tiny_job
 from in_process import python
 from tiny import CORPUS
 
@@ -330,7 +330,7 @@ def test_a_bad_resume_checkpoint_is_one_line_before_the_run_writes(
         overrides, reason = [], f"cannot read checkpoint {path}: {reason}"
     run_dir = tmp_path / "run"
     with pytest.raises(ConfigError) as failure:
-        start_run(tiny_run(run_dir, tmp_path / "cache", f"ckpt_path={path}", *overrides))
+        start_run(tiny_job(run_dir, tmp_path / "cache", f"ckpt_path={path}", *overrides))
     assert str(failure.value) == f"ckpt_path: {reason}"
     assert not run_dir.exists() and not (tmp_path / "cache").exists()
 
@@ -388,7 +388,7 @@ def test_a_max_length_that_drops_every_pair_is_one_line_before_training(tmp_path
     run_dir = tmp_path / "run"
     message = r"^data\.max_length=1 drops all \d+ training pairs, each longer: raise it, or set data\."
     with pytest.raises(DataError, match=message):
-        start_run(tiny_run(run_dir, tmp_path / "cache", "data.max_length=1"))
+        start_run(tiny_job(run_dir, tmp_path / "cache", "data.max_length=1"))
     assert not run_dir.exists()
 
 

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from compose import tiny_run
+from compose import tiny_job, tiny_run
 from step_clock import step_clock
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from seq2seq.config import ConfigError, ModelConfig, OptimConfig
+from seq2seq.config import ConfigError, ModelConfig, OptimConfig, validated_run
 from seq2seq.launch.start import start_run
 from seq2seq.model import Transformer
 from seq2seq.model.attention import MultiHeadAttention
@@ -83,14 +83,16 @@ def logged_lr(run_dir: Path) -> list[float]:
 def test_wsd_run_ends_its_step_budget_with_the_lr_near_zero(tmp_path) -> None:
     steps = 24
     start_run(
-        tiny_run(
-            tmp_path / "run",
-            tmp_path / "cache",
-            f"trainer.max_steps={steps}",
-            "trainer.max_epochs=-1",
-            "optim.schedule=wsd",
-            "optim.warmup_steps=4",
-            "optim.decay_share=0.5",
+        validated_run(
+            tiny_run(
+                tmp_path / "run",
+                tmp_path / "cache",
+                f"trainer.max_steps={steps}",
+                "trainer.max_epochs=-1",
+                "optim.schedule=wsd",
+                "optim.warmup_steps=4",
+                "optim.decay_share=0.5",
+            )
         )
     )
     lrs = logged_lr(tmp_path / "run")
@@ -115,7 +117,7 @@ def budget_line(caplog: pytest.LogCaptureFixture) -> str:
 def test_dropout_needs_a_budget_of_enough_epochs(tmp_path, caplog, min_epochs, dropout) -> None:
     caplog.set_level(logging.INFO, logger="seq2seq.training.budget")
     overrides = ("model.dropout=0.1", f"optim.dropout_min_epochs={min_epochs}")  # tiny: max_epochs=2
-    start_run(tiny_run(tmp_path / "run", tmp_path / "cache", *overrides))
+    start_run(tiny_job(tmp_path / "run", tmp_path / "cache", *overrides))
     line = budget_line(caplog)
     assert line.startswith("budget: about 2.0 epochs") and dropout in line
 
@@ -143,7 +145,7 @@ def test_a_time_limited_run_measures_its_step_rate_before_deciding(tmp_path, cap
         "model.dropout=0.1",
         "optim.dropout_min_epochs=1000000",
     )
-    start_run(tiny_run(tmp_path / "run", tmp_path / "cache", *overrides))
+    start_run(tiny_job(tmp_path / "run", tmp_path / "cache", *overrides))
     estimated_steps = float(re.search(r"\(([\d.]+) steps of", budget_line(caplog)).group(1))
     done = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", weights_only=True)
     assert done["global_step"] == 15
@@ -165,7 +167,7 @@ def test_the_estimate_leaves_out_the_slow_first_steps(tmp_path, caplog, monkeypa
         "logger.tensorboard=false",
         "optim.dropout_min_epochs=1000000",
     )
-    start_run(tiny_run(tmp_path / "run", tmp_path / "cache", *overrides))
+    start_run(tiny_job(tmp_path / "run", tmp_path / "cache", *overrides))
     made = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", weights_only=True)["global_step"]
     assert made == 2 + round((6 - 2 * 0.5) / 0.1)
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("budget:")]

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from compose import tiny_run
+from compose import tiny_job
 from tiny import CORPUS, tiny_tokenizer
 from torch._dynamo.testing import CompileCounterWithBackend
 
@@ -166,7 +166,7 @@ def test_a_run_with_compile_and_static_shapes_trains_through_the_captured_step(
     caplog.set_level(logging.INFO, logger="seq2seq.training.module")
     overrides = ("compile=true", "data.static_shapes=true", "trainer.max_epochs=-1", "trainer.max_steps=2")
     with torch._dynamo.config.patch(recompile_limit=torch._dynamo.config.recompile_limit):  # as it was after
-        metrics = start_run(tiny_run(tmp_path / "run", tmp_path / "cache", *overrides))
+        metrics = start_run(tiny_job(tmp_path / "run", tmp_path / "cache", *overrides))
     assert 1 <= counter.frame_count <= 2 and np.isfinite(metrics["train/loss"])
     compiled = [record.message for record in caplog.records if record.message.startswith("compiled the")]
     assert len(compiled) == counter.frame_count

@@ -201,9 +201,8 @@ def test_the_pages_show_every_kind_of_command() -> None:
 
 @pytest.mark.parametrize("cmd", [c for c in COMMANDS if c.program == "train.py"], ids=str)
 def test_a_documented_training_command_composes_as_train_py_would(cmd: Command) -> None:
-    argv, _ = choose_recipe(list(cmd.args), None, CONFIGS)
-    args = hydra_args(argv)
-    for overrides in job_overrides(args.overrides, args.multirun):
+    args = hydra_args(list(cmd.args))
+    for overrides in job_overrides(choose_recipe(args.overrides, None, CONFIGS)[0], args.multirun):
         try:
             cfg = compose_run(CONFIGS, overrides)
             if args.cfg is None and args.info is None and not args.help:

@@ -7,6 +7,7 @@ import pytest
 import torch
 from compose import tiny_run
 
+from seq2seq.config import validated_run
 from seq2seq.launch.start import start_run
 from seq2seq.training.module import TranslationModule
 from seq2seq.training.optimizers import fused_adamw_applies
@@ -45,7 +46,7 @@ def test_a_cpu_run_steps_the_fused_adamw_with_its_gradients_clipped(
         "trainer.max_steps=3",
         "logger.tensorboard=false",
     )
-    metrics = start_run(cfg)
+    metrics = start_run(validated_run(cfg))
     assert len(seen) == 3
     for fused, before, after in seen:
         assert fused

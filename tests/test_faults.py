@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import pytorch_lightning as pl
 import torch
-from compose import ROOT, tiny_run
+from compose import ROOT, tiny_job, tiny_run
 from in_process import python
 
 from seq2seq.command_line import INTERRUPTED
-from seq2seq.config import ConfigError, DataError
+from seq2seq.config import ConfigError, DataError, validated_run
 from seq2seq.formats import run_directory
 from seq2seq.formats.checkpoint import CheckpointError
 from seq2seq.launch.start import start_run
@@ -50,7 +50,7 @@ def train_with_crash(cfg, step: int) -> None:
     training.build_trainer = build
     try:
         with pytest.raises(RuntimeError, match="simulated crash"):
-            start_run(cfg)
+            start_run(validated_run(cfg))
     finally:
         training.build_trainer = original
 
@@ -58,7 +58,7 @@ def train_with_crash(cfg, step: int) -> None:
 @pytest.mark.parametrize("epoch_fraction", [0.0, 0.5])
 def test_resume_after_a_crash_matches_an_uninterrupted_run(tmp_path, epoch_fraction):
     cache = tmp_path / "cache"
-    start_run(tiny_run(tmp_path / "full", cache, "trainer.max_epochs=3"))
+    start_run(tiny_job(tmp_path / "full", cache, "trainer.max_epochs=3"))
     full = final_state(tmp_path / "full")
     steps_per_epoch = full["global_step"] // 3
     crash_at = steps_per_epoch + int(epoch_fraction * steps_per_epoch) or steps_per_epoch + 1
@@ -70,7 +70,7 @@ def test_resume_after_a_crash_matches_an_uninterrupted_run(tmp_path, epoch_fract
     assert torch.load(last, weights_only=True)["global_step"] == crash_at
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        start_run(tiny_run(crashed, cache, "trainer.max_epochs=3", f"ckpt_path={last}"))
+        start_run(tiny_job(crashed, cache, "trainer.max_epochs=3", f"ckpt_path={last}"))
     assert not [w for w in caught if "resuming from a checkpoint" in str(w.message)]  # resumes exactly
     resumed = final_state(crashed)
     assert resumed["global_step"] == full["global_step"]
@@ -129,7 +129,7 @@ def test_kill_9_then_resume_finishes_with_the_same_step_count(tmp_path):
     resume = python(*_training(tmp_path, "trainer.max_epochs=6", f"ckpt_path={last}"))
     assert resume.returncode == 0, resume.stderr[-2000:]
     reference = tmp_path / "reference"
-    start_run(tiny_run(reference, tmp_path / "cache", "trainer.max_epochs=6"))
+    start_run(tiny_job(reference, tmp_path / "cache", "trainer.max_epochs=6"))
     assert final_state(tmp_path / "run")["global_step"] == final_state(reference)["global_step"]
 
 
@@ -159,7 +159,7 @@ def test_ctrl_c_saves_a_resumable_checkpoint(tmp_path):
 def test_non_finite_loss_stops_with_the_step(tmp_path):
     overrides = ("optim.lr=1e12", "optim.warmup_steps=1", "trainer.gradient_clip_val=0")
     with pytest.raises(NonFiniteLossError, match=r"at step \d+"):
-        start_run(tiny_run(tmp_path / "run", tmp_path / "cache", *overrides))
+        start_run(tiny_job(tmp_path / "run", tmp_path / "cache", *overrides))
     assert not (tmp_path / "run" / "checkpoints" / "best.ckpt").exists()
 
 
@@ -170,7 +170,7 @@ def test_non_finite_batches_can_be_skipped(tmp_path, caplog):
         "trainer.gradient_clip_val=0",
         "skip_nonfinite=true",
     )
-    start_run(tiny_run(tmp_path / "run", tmp_path / "cache", "trainer.max_epochs=1", *overrides))
+    start_run(tiny_job(tmp_path / "run", tmp_path / "cache", "trainer.max_epochs=1", *overrides))
     assert "non-finite loss" in caplog.text
 
 
@@ -178,33 +178,33 @@ def test_unwritable_output_dir_fails_before_training(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     with pytest.raises(ConfigError, match="not writable"):
-        start_run(tiny_run(blocker / "run", tmp_path / "cache"))
+        start_run(tiny_job(blocker / "run", tmp_path / "cache"))
 
 
 def test_missing_data_file_and_missing_checkpoint_are_clear(tmp_path):
     with pytest.raises(DataError, match=r"no-such\.tsv"):
-        start_run(tiny_run(tmp_path / "run", tmp_path / "cache", "data.path=no-such.tsv"))
+        start_run(tiny_job(tmp_path / "run", tmp_path / "cache", "data.path=no-such.tsv"))
     with pytest.raises(ConfigError, match="no checkpoint at"):
-        start_run(tiny_run(tmp_path / "run", tmp_path / "cache", f"ckpt_path={tmp_path / 'nope.ckpt'}"))
+        start_run(tiny_job(tmp_path / "run", tmp_path / "cache", f"ckpt_path={tmp_path / 'nope.ckpt'}"))
 
 
 def test_disk_nearly_full_fails_before_training(tmp_path, monkeypatch):
     nearly_full = shutil.disk_usage(tmp_path)._replace(free=20 * 2**20)
     monkeypatch.setattr(run_directory.shutil, "disk_usage", lambda path: nearly_full)
     with pytest.raises(ConfigError, match="has only 20 MiB free"):
-        start_run(tiny_run(tmp_path / "run", tmp_path / "cache"))
+        start_run(tiny_job(tmp_path / "run", tmp_path / "cache"))
     assert not (tmp_path / "run" / "checkpoints").exists()
 
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (Linux)")
 def test_disk_full_while_saving_keeps_the_previous_checkpoint(tmp_path):
     """The write of the next last.ckpt hits a real ENOSPC: writes to /dev/full always do."""
-    start_run(tiny_run(tmp_path / "run", tmp_path / "cache", "trainer.max_epochs=1"))
+    start_run(tiny_job(tmp_path / "run", tmp_path / "cache", "trainer.max_epochs=1"))
     checkpoints = tmp_path / "run" / "checkpoints"
     before = (checkpoints / "last.ckpt").read_bytes()
     (checkpoints / ".last.ckpt.partial").symlink_to("/dev/full")  # where the next save writes first
     resume = f"ckpt_path={checkpoints / 'last.ckpt'}"
     with pytest.raises(CheckpointError, match=r"cannot write checkpoint .*last\.ckpt"):
-        start_run(tiny_run(tmp_path / "run", tmp_path / "cache", "trainer.max_epochs=2", resume))
+        start_run(tiny_job(tmp_path / "run", tmp_path / "cache", "trainer.max_epochs=2", resume))
     assert (checkpoints / "last.ckpt").read_bytes() == before
     assert sorted(p.name for p in checkpoints.iterdir()) == ["best.ckpt", "last.ckpt"]

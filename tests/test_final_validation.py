@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from compose import tiny_run
+from compose import tiny_job
 from step_clock import step_clock
 
 from seq2seq.launch.start import start_run
@@ -34,7 +34,7 @@ def test_a_run_stopped_before_its_first_scheduled_validation_validates_its_last_
     tmp_path, monkeypatch, limit
 ) -> None:
     step_clock(monkeypatch, 1.0)
-    metrics = start_run(tiny_run(tmp_path / "run", tmp_path / "cache", *LIMITS[limit]))
+    metrics = start_run(tiny_job(tmp_path / "run", tmp_path / "cache", *LIMITS[limit]))
     checkpoints = tmp_path / "run" / "checkpoints"
     last_step = saved_step(checkpoints / "last.ckpt")
     assert last_step > 0 and saved_step(checkpoints / "best.ckpt") == last_step
@@ -45,5 +45,5 @@ def test_a_run_stopped_before_its_first_scheduled_validation_validates_its_last_
 
 def test_a_run_validated_at_its_last_step_is_not_validated_again(tmp_path, caplog) -> None:
     caplog.set_level("INFO", logger="seq2seq.training.progress_log")
-    start_run(tiny_run(tmp_path / "run", tmp_path / "cache", "trainer.max_epochs=1"))  # validates each epoch
+    start_run(tiny_job(tmp_path / "run", tmp_path / "cache", "trainer.max_epochs=1"))  # validates each epoch
     assert caplog.text.count("validation at step") == 1

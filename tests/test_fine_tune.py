@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from compose import CONFIGS, ROOT, model_config, tiny_run
+from compose import CONFIGS, ROOT, model_config, tiny_job, tiny_run
 from in_process import python
 from trained import train_tiny_checkpoint
 
@@ -23,9 +23,9 @@ from seq2seq.data.tokenizers.tokenizer import TranslationTokenizer
 from seq2seq.formats.checkpoint import load_model, read_checkpoint, stored_model_config
 from seq2seq.inference.backends import open_model
 from seq2seq.inference.evaluation import evaluate
-from seq2seq.launch.command_line import hydra_args
 from seq2seq.launch.composing import compose_run
-from seq2seq.launch.start import prepare_launch, start_run
+from seq2seq.launch.plan import plan_launch
+from seq2seq.launch.start import start_run
 from seq2seq.training.module import EMA_PREFIX, MODEL_PREFIX
 from seq2seq.training.starting_point import open_start
 
@@ -38,13 +38,13 @@ ON_ORDERS = (f"data.path={ORDERS}", "data.valid_size=40", "data.test_size=40")
 def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny experiment trained on the tiny corpus: a model that knows nothing of orders."""
     tmp = tmp_path_factory.mktemp("base")
-    start_run(tiny_run(tmp / "run", tmp / "cache", "trainer.max_epochs=4"))
+    start_run(tiny_job(tmp / "run", tmp / "cache", "trainer.max_epochs=4"))
     return tmp / "run" / "checkpoints" / "best.ckpt"
 
 
 def fine_tune(tmp: Path, base: Path, *overrides: str) -> Path:
     """Train the tiny experiment on the orders from ``base``; returns the run directory."""
-    start_run(tiny_run(tmp / "run", tmp / "cache", f"init_from={base}", *ON_ORDERS, *overrides))
+    start_run(tiny_job(tmp / "run", tmp / "cache", f"init_from={base}", *ON_ORDERS, *overrides))
     return tmp / "run"
 
 
@@ -138,9 +138,8 @@ def test_each_key_that_differs_gets_its_own_line(base: Path, tmp_path: Path) -> 
 
 def test_the_tokenizer_keys_come_from_the_checkpoint(base: Path) -> None:
     """The tiny experiment's corpus group says vocab_size 300; the spa_eng group, picked here, 8000."""
-    overrides = hydra_args(
-        prepare_launch(["experiment=tiny", "data=spa_eng", f"init_from={base}"], {}, CPU, CONFIGS).argv
-    ).overrides
+    argv = ["--cfg", "job", "experiment=tiny", "data=spa_eng", f"init_from={base}"]  # planned, not claimed
+    overrides = plan_launch(argv, {}, CPU, CONFIGS).overrides
     run = validated_run(compose_run(CONFIGS, overrides))
     assert (run.data.vocab_size, run.data.shared_vocab, run.data.tokenizer) == (300, True, "bpe")
     assert open_start(run) is not None
@@ -168,7 +167,7 @@ def test_resuming_a_fine_tuned_run_without_its_init_from_fails_in_one_line(
         tmp_path / "run", tmp_path / "cache", *ON_ORDERS, f"ckpt_path={last}", "trainer.max_epochs=11"
     )
     with pytest.raises(ConfigError, match="resume a run started with init_from with that init_from too"):
-        start_run(config)
+        start_run(validated_run(config))
 
 
 def test_resuming_a_fine_tuned_run_with_its_init_from_continues_it(
@@ -202,8 +201,7 @@ def launched(ckpt: Path, gpu: str | None, *extra: str) -> list[str]:
         arg.replace("runs/<run>/checkpoints/best.ckpt", str(ckpt)).replace("my-domain.tsv", str(ORDERS))
         for arg in fine_tune_line()
     ]
-    launch = prepare_launch([*argv, *extra], {}, gpu, CONFIGS)
-    return hydra_args(launch.argv).overrides
+    return plan_launch(["--cfg", "job", *argv, *extra], {}, gpu, CONFIGS).overrides  # planned, not claimed
 
 
 @pytest.mark.parametrize(
@@ -230,14 +228,12 @@ def test_a_fine_tuning_run_trains_the_checkpoints_model_under_either_recipe(
     ckpt = train_tiny_checkpoint(tmp_path, steps=1, **SHAPES["small" if gpu else "base"])
     limits = [f"output_dir={tmp_path / 'run'}", f"data.cache_dir={tmp_path / 'cache'}", "data.num_workers=0",
               "trainer.max_steps=2", "trainer.accelerator=cpu", "trainer.precision=32-true"]  # fmt: skip
-    start_run(compose_run(CONFIGS, launched(ckpt, gpu, *limits)))
+    start_run(validated_run(compose_run(CONFIGS, launched(ckpt, gpu, *limits))))
     assert load_model(tmp_path / "run" / "checkpoints" / "last.ckpt").model_config == stored_model_config(
         ckpt
     )
 
 
 def test_a_model_group_named_on_the_command_line_is_checked_not_replaced(base: Path) -> None:
-    overrides = hydra_args(
-        prepare_launch([f"init_from={base}", "model=small"], {}, CPU, CONFIGS).argv
-    ).overrides
+    overrides = plan_launch(["--cfg", "job", f"init_from={base}", "model=small"], {}, CPU, CONFIGS).overrides
     assert not [arg for arg in overrides if arg.startswith("model.")]

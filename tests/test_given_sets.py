@@ -11,7 +11,7 @@ import pytest
 from compose import tiny_run
 from tiny import CORPUS
 
-from seq2seq.config import DataConfig, DataError
+from seq2seq.config import DataConfig, DataError, validated_run
 from seq2seq.data.corpus import given_sets, held_out_sizes, held_out_split, load_splits
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.inference import cli
@@ -151,12 +151,14 @@ def test_training_validates_and_evaluates_on_the_given_sets(tmp_path: Path, caps
     valid, test = write(tmp_path / "dev.tsv", LINES[:12]), write(tmp_path / "test.tsv", LINES[12:20])
     run = tmp_path / "run"
     start_run(
-        tiny_run(
-            run,
-            tmp_path / "cache",
-            f"data.valid_path={valid}",
-            f"data.test_path={test}",
-            "trainer.max_steps=3",
+        validated_run(
+            tiny_run(
+                run,
+                tmp_path / "cache",
+                f"data.valid_path={valid}",
+                f"data.test_path={test}",
+                "trainer.max_steps=3",
+            )
         )
     )
     ckpt = run / "checkpoints" / "best.ckpt"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import sentencepiece
 import transformers
-from compose import tiny_run
+from compose import tiny_job
 from in_process import python
 from tiny import CORPUS
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -113,7 +113,7 @@ def test_tokenizer_keys_are_checked_at_compose_time(
     tmp_path: Path, overrides: list[str], message: str
 ) -> None:
     with pytest.raises(ConfigError, match=message):
-        start_run(tiny_run(tmp_path / "run", tmp_path / "cache", *overrides))
+        start_run(tiny_job(tmp_path / "run", tmp_path / "cache", *overrides))
 
 
 def test_a_file_that_is_not_a_tokenizer_stops_train_py_in_one_line(tmp_path: Path) -> None:
@@ -135,7 +135,7 @@ def test_a_file_that_is_not_a_tokenizer_stops_train_py_in_one_line(tmp_path: Pat
 
 def _train_and_translate(tmp_path: Path, *overrides: str) -> Path:
     run = tmp_path / "run"
-    start_run(tiny_run(run, tmp_path / "cache", "trainer.max_epochs=1", *overrides))
+    start_run(tiny_job(run, tmp_path / "cache", "trainer.max_epochs=1", *overrides))
     checkpoint = run / "checkpoints" / "last.ckpt"
     translator = open_model(checkpoint, device="cpu", dtype="float32").translator
     (best,), (empty,) = translator.translate([SENTENCE, ""])

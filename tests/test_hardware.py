@@ -13,7 +13,7 @@ import pytest
 import pytorch_lightning as pl
 import torch
 import yaml
-from compose import ROOT, compose_train, tiny_run
+from compose import ROOT, compose_train, tiny_job
 from cpu_classes import CPU_CLASSES, fake_cpu
 
 from seq2seq.config import DecodeConfig, ModelConfig, OptimConfig
@@ -166,7 +166,7 @@ def run_files(run: Path) -> tuple[str, dict]:
 def bf16_run(tmp_path_factory) -> Path:
     """The tiny experiment trained with an explicit bf16-mixed (emulated where the CPU lacks it)."""
     tmp_path = tmp_path_factory.mktemp("bf16")
-    start_run(tiny_run(tmp_path / "run", tmp_path / "cache", "trainer.precision=bf16-mixed"))
+    start_run(tiny_job(tmp_path / "run", tmp_path / "cache", "trainer.precision=bf16-mixed"))
     return tmp_path / "run"
 
 
@@ -175,7 +175,7 @@ def test_training_records_the_precision_auto_chose(tmp_path, monkeypatch, cpu):
     """The whole path a run takes on each class of CPU, whichever CPU runs the test."""
     fake_cpu(monkeypatch, cpu)
     overrides = ("trainer.precision=auto", "trainer.max_epochs=1")
-    start_run(tiny_run(tmp_path / "run", tmp_path / "cache", *overrides))
+    start_run(tiny_job(tmp_path / "run", tmp_path / "cache", *overrides))
     config, hparams = run_files(tmp_path / "run")
     expected = CPU_CLASSES[cpu][2]
     assert yaml.safe_load(config)["trainer"]["precision"] == expected
@@ -198,7 +198,7 @@ def test_compile_is_blocked_only_where_its_backend_cannot_build(monkeypatch):
 def test_a_run_asking_for_compile_without_a_compiler_trains_eager_and_says_why(tmp_path, monkeypatch):
     monkeypatch.setattr("shutil.which", lambda name: None)
     monkeypatch.delenv("CXX", raising=False)
-    start_run(tiny_run(tmp_path / "run", tmp_path / "cache", "compile=true", "trainer.max_epochs=1"))
+    start_run(tiny_job(tmp_path / "run", tmp_path / "cache", "compile=true", "trainer.max_epochs=1"))
     config, _ = run_files(tmp_path / "run")
     assert yaml.safe_load(config)["compile"] is False  # config.yaml reproduces what ran
     assert "# compile: off (no C++ compiler on PATH" in config

@@ -6,7 +6,7 @@ from __future__ import annotations
 import gzip
 from pathlib import Path
 
-from compose import ROOT, tiny_run
+from compose import ROOT, tiny_job
 from in_process import python
 from tiny import CORPUS
 
@@ -22,7 +22,7 @@ def test_training_on_two_aligned_text_files(tmp_path: Path) -> None:
     en.write_text("".join(src + "\n" for src, _ in pairs), encoding="utf-8")
     es.write_text("".join(tgt + "\n" for _, tgt in pairs), encoding="utf-8")
     run = tmp_path / "run"
-    start_run(tiny_run(run, tmp_path / "cache", f"data.path=[{en},{es}]", "trainer.max_epochs=1"))
+    start_run(tiny_job(run, tmp_path / "cache", f"data.path=[{en},{es}]", "trainer.max_epochs=1"))
     loaded = load_model(run / "checkpoints" / "last.ckpt")
     assert loaded.data_config.path == [str(en), str(es)]  # what translate.py --eval rebuilds the split from
 

@@ -10,7 +10,7 @@ import sys
 import pytest
 import pytorch_lightning as pl
 import torch
-from compose import tiny_run
+from compose import tiny_job
 from in_process import python
 from step_clock import step_clock
 
@@ -43,7 +43,7 @@ def progress_steps(text: str) -> list[int]:
 def test_a_line_every_n_steps_or_seconds(tmp_path, caplog, monkeypatch, every, expected) -> None:
     caplog.set_level(logging.INFO, logger="seq2seq.training.progress_log")
     step_clock(monkeypatch, 2.0)
-    start_run(tiny_run(tmp_path / "run", tmp_path / "cache", "trainer.max_steps=12", *every))
+    start_run(tiny_job(tmp_path / "run", tmp_path / "cache", "trainer.max_steps=12", *every))
     assert progress_steps(caplog.text) == expected
     assert "left 0:00:" in caplog.text  # a step budget: the time left is known
 
@@ -51,7 +51,7 @@ def test_a_line_every_n_steps_or_seconds(tmp_path, caplog, monkeypatch, every, e
 def test_each_validation_says_its_scores_and_whether_it_is_the_best(tmp_path, caplog) -> None:
     caplog.set_level(logging.INFO, logger="seq2seq.training.progress_log")
     off = ("callbacks.progress_every_n_steps=0", "callbacks.progress_every_s=0")  # validations' lines only
-    start_run(tiny_run(tmp_path / "run", tmp_path / "cache", *off))
+    start_run(tiny_job(tmp_path / "run", tmp_path / "cache", *off))
     lines = re.findall(r"validation at step (\d+): BLEU ([\d.]+), chrF [\d.]+, (.*)", caplog.text)
     assert len(lines) == 2 and lines[0][2] == "the best so far"  # tiny: two epochs, one validation each
     assert lines[1][2] == "the best so far" or lines[1][2] == f"best {lines[0][1]}"

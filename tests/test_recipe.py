@@ -14,13 +14,15 @@ import pytorch_lightning as pl
 import torch
 from compose import CONFIGS, compose_train, tiny_run
 from in_process import python
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 from step_clock import step_clock
 
 from seq2seq.config import CallbacksConfig, ConfigError, OptimConfig, validated, validated_run
-from seq2seq.launch.command_line import hydra_args
+from seq2seq.launch.command_line import hydra_args, job_overrides
+from seq2seq.launch.composing import Composed, compose_jobs
+from seq2seq.launch.plan import plan_launch
 from seq2seq.launch.recipe import choose_recipe
-from seq2seq.launch.start import checked_jobs, start_run
+from seq2seq.launch.start import start_run
 
 CPU_SETS = (
     "model=small, trainer=default, data.max_tokens=2500, optim.lr=0.0015, optim.warmup_steps=200, "
@@ -29,9 +31,11 @@ CPU_SETS = (
 )
 
 
-def check_overrides(argv: list[str], config_dir: Path) -> list[DictConfig]:
-    """What ``train.py`` composes and checks before Hydra runs: every job, once."""
-    return checked_jobs(hydra_args(argv), config_dir)
+def check_overrides(argv: list[str], config_dir: Path) -> list[Composed]:
+    """What ``train.py`` plans: every job composed and (where it trains) validated, once."""
+    args = hydra_args(argv)
+    jobs = job_overrides(args.overrides, args.multirun)
+    return compose_jobs(config_dir, jobs, validate=args.cfg is None and args.info is None)
 
 
 def train_py(*argv: str) -> subprocess.CompletedProcess:
@@ -48,8 +52,8 @@ def test_no_gpu_gets_the_cpu_recipe_and_the_line_says_what_it_set() -> None:
 
 
 def test_a_gpu_gets_the_gpu_recipe_and_is_told_how_to_choose_the_other() -> None:
-    argv, line = choose_recipe(["--multirun", "seed=1,2"], "NVIDIA H100 80GB HBM3", CONFIGS)
-    assert argv == ["--multirun", "experiment=spa_en_gpu", "seed=1,2"]
+    overrides, line = choose_recipe(["seed=1,2"], "NVIDIA H100 80GB HBM3", CONFIGS)
+    assert overrides == ["experiment=spa_en_gpu", "seed=1,2"]
     assert line.startswith(
         "recipe: added experiment=spa_en_gpu (CUDA GPU: NVIDIA H100 80GB HBM3; experiment=spa_en_cpu "
         "trains the CPU recipe): model=base, trainer=gpu, data.max_tokens=16384,"
@@ -59,7 +63,7 @@ def test_a_gpu_gets_the_gpu_recipe_and_is_told_how_to_choose_the_other() -> None
 @pytest.mark.parametrize("named", ["experiment=tiny", "+experiment=tiny", "experiment=spa_en_cpu"])
 def test_a_named_experiment_always_wins(named: str) -> None:
     for gpu in (None, "NVIDIA H100 80GB HBM3"):
-        assert choose_recipe(["--cfg", "job", named], gpu, CONFIGS)[0] == ["--cfg", "job", named]
+        assert choose_recipe([named, "seed=1"], gpu, CONFIGS)[0] == [named, "seed=1"]
 
 
 @pytest.mark.parametrize(
@@ -71,16 +75,19 @@ def test_a_named_experiment_always_wins(named: str) -> None:
         ["--info"],
         ["--info", "defaults", "model=base"],
         ["model=base", "--info", "defaults"],
-        ["-m", "optim.lr=1e-3,2e-3", "seed=1,2"],
-        ["--help"],
-        [],
     ],
 )
-def test_the_recipe_goes_where_hydra_takes_it_whatever_flags_stand_where(argv: list[str]) -> None:
-    """Hydra parses the arguments with the recipe added as it parses them without it, plus the recipe."""
-    before = vars(hydra_args(argv))
-    after = vars(hydra_args(choose_recipe(argv, None, CONFIGS)[0]))
-    assert after == {**before, "overrides": ["experiment=spa_en_cpu", *before["overrides"]]}
+def test_hydra_is_told_the_recipe_before_the_overrides_whatever_flags_stand_where(argv: list[str]) -> None:
+    """The plan gives Hydra the recipe first, then the command line's overrides, which win."""
+    plan = plan_launch(argv, {}, None, CONFIGS)
+    assert plan.overrides == ["experiment=spa_en_cpu", *hydra_args(argv).overrides]
+    assert plan.job is None  # prints, trains nothing
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["--hydra-help"], ["-cn", "other", "seed=1"]])
+def test_what_hydra_answers_alone_gets_the_command_line_as_typed(argv: list[str]) -> None:
+    plan = plan_launch(argv, {}, None, CONFIGS)
+    assert (plan.overrides, plan.recipe, plan.job) == (hydra_args(argv).overrides, "", None)
 
 
 @pytest.mark.parametrize(
@@ -240,7 +247,41 @@ def test_a_run_validating_on_the_clock_trains_with_early_stopping_on(tmp_path, c
         tmp_path / "run", tmp_path / "cache", "trainer.val_check_interval=00:00:00:03",
         "trainer.check_val_every_n_epoch=null", f"callbacks.early_stopping_patience={patience}",
     )  # fmt: skip
-    start_run(cfg)
+    start_run(validated_run(cfg))
     steps = [int(step) for step in re.findall(r"validation at step (\d+):", caplog.text)]
     assert steps[:3] == [3, 6, 9] and all(step % 3 == 0 for step in steps[:-1]), steps
     assert (tmp_path / "run" / "checkpoints" / "best.ckpt").is_file()  # validated, checkpointed by val/bleu
+
+
+def test_train_py_composes_and_validates_a_run_once_and_hydra_writes_its_files(tmp_path, monkeypatch) -> None:
+    """From the command line to ``trainer.fit`` the run's config is composed once (by us or by Hydra:
+    every composition passes through Hydra's ``compose_config``) and validated once; ``.hydra/``
+    and the log are Hydra's as before."""
+    from hydra._internal.hydra import Hydra  # private to Hydra: only counted here
+
+    from seq2seq.launch import composing, start
+
+    counts = {"composed": 0, "validated": 0}
+
+    def counted(name: str, function):
+        def call(*args, **kwargs):
+            counts[name] += 1
+            return function(*args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(Hydra, "compose_config", counted("composed", Hydra.compose_config))
+    for module in (composing, start):
+        monkeypatch.setattr(module, "validated_run", counted("validated", validated_run))
+    run_dir = tmp_path / "run"
+    overrides = ["experiment=tiny", "trainer.max_steps=2", f"data.cache_dir={tmp_path / 'cache'}"]
+    result = train_py(*overrides, f"hydra.run.dir={run_dir}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert counts == {"composed": 1, "validated": 1}
+    assert OmegaConf.load(run_dir / ".hydra" / "overrides.yaml") == overrides  # the task's
+    assert OmegaConf.load(run_dir / ".hydra" / "config.yaml").trainer.max_steps == 2
+    hydra_cfg = OmegaConf.load(run_dir / ".hydra" / "hydra.yaml").hydra
+    assert (hydra_cfg.runtime.output_dir, hydra_cfg.job.name) == (str(run_dir), "train")
+    assert "hydra.mode=RUN" in hydra_cfg.overrides.hydra
+    assert "recipe: the experiment given on the command line" in (run_dir / "train.log").read_text()
+    assert (run_dir / "config.yaml").is_file() and (run_dir / "checkpoints" / "last.ckpt").is_file()

@@ -14,15 +14,15 @@ from pathlib import Path
 import pytest
 import torch
 from compose import CONFIGS, ROOT
-from omegaconf import OmegaConf
 
 from seq2seq.command_line import TERMINATED
 from seq2seq.config import ConfigError
 from seq2seq.launch import start
-from seq2seq.launch.composing import compose_run
+from seq2seq.launch.composing import compose_jobs
+from seq2seq.launch.plan import settle_directory
 from seq2seq.launch.ranks import register_resolvers
-from seq2seq.launch.start import settle_directory
-from seq2seq.training.requeue import REQUEUE_SIGNAL, requeued_checkpoint, starts_over
+from seq2seq.launch.requeue import requeued_checkpoint, starts_over
+from seq2seq.training.requeue import REQUEUE_SIGNAL
 
 JOB = "4242"
 FAKE_SCONTROL = """#!/bin/sh
@@ -139,7 +139,8 @@ def test_a_requeued_job_whose_predecessor_saved_nothing_starts_over(tmp_path, mo
     for name, value in env.items():  # the run directory's name resolves from the environment
         monkeypatch.setenv(name, value)
     register_resolvers()
-    ours, run_dir = settle_directory(compose_run(CONFIGS, ["experiment=tiny"], with_hydra=True), False, env)
+    [job] = compose_jobs(CONFIGS, [["experiment=tiny"]], validate=True)
+    ours, _, run_dir = settle_directory(job, False, env)
     run_dir.release()
     assert run_dir.path == Path("runs") / own.name and not any("ckpt_path" in o for o in ours)
     (own / "checkpoints").mkdir()
@@ -163,12 +164,12 @@ def test_the_warning_signal_requeues_from_the_start_of_the_run(tmp_path, monkeyp
     calls = tmp_path / "scontrol-calls"
     (tmp_path / "bin" / "scontrol").write_text(f'#!/bin/sh\necho "$@" >> "{calls}"\n')  # records only
 
-    def preparing_data(cfg, claimed):
+    def preparing_data(run, claimed):
         os.kill(os.getpid(), REQUEUE_SIGNAL)  # the handler runs here, before this returns
         return {}
 
     monkeypatch.setattr(start, "start_run", preparing_data)
-    start.run_job(OmegaConf.create(), start.Launch([], "recipe", None))
+    start.run_job(compose_jobs(CONFIGS, [["experiment=tiny"]], validate=True)[0].run, None, "recipe")
     assert calls.read_text() == f"requeue {JOB}\n"
 
 

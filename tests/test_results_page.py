@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from compose import ROOT, tiny_run
+from compose import ROOT, tiny_job
 
 from seq2seq.formats.checkpoint import read_checkpoint
 from seq2seq.launch.start import start_run
@@ -83,7 +83,7 @@ def test_the_precision_note_says_auto_and_why_or_that_it_was_set() -> None:
 @pytest.fixture(scope="module")
 def tiny_run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("record")
-    start_run(tiny_run(tmp / "run", tmp / "cache"))
+    start_run(tiny_job(tmp / "run", tmp / "cache"))
     return tmp / "run"
 
 

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from compose import ddp_training, tiny_run
+from compose import ddp_training, tiny_job, tiny_run
 
 from seq2seq.config import ConfigError, DataConfig, validated
 from seq2seq.data.batching import Stop
@@ -133,7 +133,7 @@ STOP_AT = 3  # optimizer steps per rank before the checkpoint, inside the first 
 def run_training(tmp_path: Path, processes: int, *overrides: str) -> None:
     overrides = (*overrides, "logger=none")
     if processes == 1:
-        start_run(tiny_run(tmp_path / "run", tmp_path / "cache", *overrides))
+        start_run(tiny_job(tmp_path / "run", tmp_path / "cache", *overrides))
         return
     result = ddp_training(tmp_path / "run", tmp_path / "cache", processes, *overrides)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -16,15 +16,16 @@ from pathlib import Path
 
 import pytest
 import torch
-from compose import CONFIGS, ROOT, tiny_run
+from compose import CONFIGS, ROOT, tiny_job
 from in_process import python
 
 from seq2seq.command_line import TERMINATED
 from seq2seq.config import ConfigError, validated_run
 from seq2seq.formats.run_directory import RunDirectory, RunDirectoryTaken, fresh_directory, holder
-from seq2seq.launch.composing import compose_run
+from seq2seq.launch.composing import compose_jobs, compose_run
+from seq2seq.launch.plan import settle_directory
 from seq2seq.launch.ranks import register_resolvers
-from seq2seq.launch.start import settle_directory, start_run
+from seq2seq.launch.start import start_run
 
 TINY = ("experiment=tiny", "trainer.max_epochs=1")
 
@@ -118,7 +119,7 @@ def test_a_finished_runs_directory_is_refused_untouched(tmp_path) -> None:
     run_dir = tmp_path / "run"
     listing = finished_run(run_dir)
     with pytest.raises(RunDirectoryTaken) as refused:
-        start_run(tiny_run(run_dir, tmp_path / "cache"))
+        start_run(tiny_job(run_dir, tmp_path / "cache"))
     assert str(refused.value) == (
         f"{run_dir} holds an earlier run (checkpoints): resume it with "
         f"ckpt_path={run_dir}/checkpoints/last.ckpt, choose another directory, "
@@ -192,16 +193,18 @@ def test_a_default_name_that_is_taken_gets_a_suffix_and_a_chosen_one_does_not(tm
             parents=True, exist_ok=True
         )
     register_resolvers()  # as train.py does: the default name is runs/${launch_id:${now:...}}
-    cfg = compose_run(CONFIGS, ["experiment=tiny"], with_hydra=True)  # as train.py composes it before Hydra
-    ours, run_dir = settle_directory(cfg, multirun=False, env={})
+    [job] = compose_jobs(CONFIGS, [["experiment=tiny"]], validate=True)  # as train.py plans it
+    ours, job, run_dir = settle_directory(job, multirun=False, env={})
     try:
-        [named] = ours  # what train.py adds to Hydra's command line: where Hydra creates the directory
+        [named] = ours  # what Hydra is told: where it writes .hydra/ and the log
         assert re.fullmatch(r"hydra\.run\.dir=runs/\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d-1", named)
         assert run_dir.path == Path(named.split("=", 1)[1]) and holder(run_dir.path) is not None
+        assert job.config.hydra.run.dir == job.run.output_dir == str(run_dir.path)
+        assert job.config.hydra.overrides.hydra[0] == named
     finally:
         run_dir.release()
     chosen = ["experiment=tiny", f"hydra.run.dir={tmp_path / 'mine'}"]
-    ours, run_dir = settle_directory(compose_run(CONFIGS, chosen, with_hydra=True), multirun=False, env={})
+    ours, _, run_dir = settle_directory(compose_jobs(CONFIGS, [chosen], validate=True)[0], False, env={})
     run_dir.release()
     assert ours == [] and run_dir.path == tmp_path / "mine"
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
-from compose import tiny_run
+from compose import tiny_job
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from seq2seq.launch.start import start_run
@@ -79,5 +79,5 @@ def test_training_steps_read_no_device_value(tmp_path: Path, monkeypatch) -> Non
         "model.dropout=0.1",
         "optim.dropout_min_epochs=1",
     )
-    start_run(tiny_run(tmp_path / "run", tmp_path / "cache", *overrides))
+    start_run(tiny_job(tmp_path / "run", tmp_path / "cache", *overrides))
     assert watch.mode.reads == Counter()

@@ -8,7 +8,7 @@ import logging
 import re
 
 import pytest
-from compose import tiny_run
+from compose import tiny_job
 from step_clock import step_clock
 
 from seq2seq.config import OptimConfig
@@ -22,7 +22,7 @@ TWICE_AN_EPOCH = ("trainer.val_check_interval=0.5", "trainer.max_epochs=-1")  # 
 def run_logged(tmp_path, caplog, *overrides: str) -> tuple[list[int], str]:
     """A tiny run; the steps it validated at and its ``stopped at ...`` line."""
     caplog.set_level(logging.INFO, logger="seq2seq")
-    start_run(tiny_run(tmp_path / "run", tmp_path / "cache", *overrides))
+    start_run(tiny_job(tmp_path / "run", tmp_path / "cache", *overrides))
     steps = [int(step) for step in re.findall(r"validation at step (\d+):", caplog.text)]
     stopped = [line for r in caplog.records if (line := r.getMessage()).startswith("stopped at step ")]
     assert len(stopped) == 1, caplog.text[-2000:]

@@ -4,19 +4,19 @@ from pathlib import Path
 
 import pytest
 import torch
-from compose import ddp_training, tiny_run
+from compose import ddp_training, tiny_job
 from in_process import python
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from seq2seq.config import ConfigError
+from seq2seq.config import ConfigError, RunConfig
 from seq2seq.formats.checkpoint import load_model, read_checkpoint
 from seq2seq.inference.backends import open_model
 from seq2seq.inference.cli import main as translate_main
 from seq2seq.launch.start import start_run
 
 
-def tiny_config(tmp_path: Path, *overrides: str):
-    return tiny_run(tmp_path / "run", tmp_path / "cache", *overrides)
+def tiny_config(tmp_path: Path, *overrides: str) -> RunConfig:
+    return tiny_job(tmp_path / "run", tmp_path / "cache", *overrides)
 
 
 @pytest.fixture(scope="module")
@@ -110,10 +110,10 @@ def test_a_resumed_run_ends_with_the_weights_of_one_that_ran_through(tmp_path, v
     """Each optimizer's state and each model variant's weights survive the checkpoint, and static
     batch shapes resume at the batch where the run stopped."""
     cache, steps = tmp_path / "cache", ("trainer.max_epochs=-1", "trainer.max_steps=8")
-    start_run(tiny_run(tmp_path / "through", cache, variant, *steps))
-    start_run(tiny_run(tmp_path / "resumed", cache, variant, "trainer.max_epochs=-1", "trainer.max_steps=4"))
+    start_run(tiny_job(tmp_path / "through", cache, variant, *steps))
+    start_run(tiny_job(tmp_path / "resumed", cache, variant, "trainer.max_epochs=-1", "trainer.max_steps=4"))
     last = tmp_path / "resumed" / "checkpoints" / "last.ckpt"
-    start_run(tiny_run(tmp_path / "resumed", cache, variant, *steps, f"ckpt_path={last}"))
+    start_run(tiny_job(tmp_path / "resumed", cache, variant, *steps, f"ckpt_path={last}"))
     through, resumed = (
         torch.load(tmp_path / d / "checkpoints" / "last.ckpt") for d in ("through", "resumed")
     )

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import inspect
 import io
 import json
 import logging
@@ -119,6 +120,9 @@ def run_loop(
         from seq2seq.launch.start import start_run
     except ImportError:  # code older than the launch package, whose run.train took the composed config
         start_run = run.train
+    takes_run = next(iter(inspect.signature(start_run).parameters)) == "run"  # else the composed config
+    if takes_run:
+        from seq2seq.config import validated_run
     cfg = compose(tree, [*loop_overrides, *overrides, f"output_dir={output_dir}"])
     build_trainer: Callable[..., Any] = run.build_trainer
     built: list[Any] = []
@@ -131,7 +135,7 @@ def run_loop(
 
     run.build_trainer = with_extra_callbacks
     try:
-        start_run(cfg)
+        start_run(validated_run(cfg) if takes_run else cfg)
     finally:
         run.build_trainer = build_trainer
     return {"precision": str(built[0].precision)}  # what auto resolved to, in any version of the code

@@ -189,17 +189,23 @@ def read_checkpoint(
 
 def stored_model_config(path: str | Path) -> ModelConfig:
     """The model config a checkpoint stores, its tensors left on disk; a bad entry is a CheckpointError."""
-    return _stored(path, ModelConfig, "model_config")
+    return _stored(read_checkpoint(path, mmap=True)[KEY], path, ModelConfig, "model_config")
 
 
 def stored_data_config(path: str | Path) -> DataConfig:
     """The data config a checkpoint stores (its tokenizer's keys among them), its tensors left on disk."""
-    return _stored(path, DataConfig, "data_config")
+    return _stored(read_checkpoint(path, mmap=True)[KEY], path, DataConfig, "data_config")
 
 
-def _stored(path: str | Path, schema: type, name: str) -> Any:
+def stored_configs(path: str | Path) -> tuple[ModelConfig, DataConfig]:
+    """The model and data configs a checkpoint stores, read at once, its tensors left on disk."""
+    entry = read_checkpoint(path, mmap=True)[KEY]
+    return _stored(entry, path, ModelConfig, "model_config"), _stored(entry, path, DataConfig, "data_config")
+
+
+def _stored(entry: dict[str, Any], path: str | Path, schema: type, name: str) -> Any:
     try:
-        return schema(**read_checkpoint(path, mmap=True)[KEY][name])
+        return schema(**entry[name])
     except (KeyError, TypeError, ValueError) as err:
         raise CheckpointError(f"{path}: unusable seq2seq entry ({type(err).__name__}: {err})") from err
 

@@ -1,37 +1,54 @@
-"""``train.py``'s command line as Hydra reads it, and overrides added where Hydra takes them."""
+"""``train.py``'s command line read as Hydra reads it: its flags, its overrides, a sweep's jobs."""
 
 from __future__ import annotations
 
 import argparse
 
-from hydra._internal.utils import get_args
+import hydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import ValueType
 
-SHOWS_WITHOUT_RUNNING = ("help", "hydra_help", "cfg", "info", "shell_completion", "experimental_rerun")
+INFO_CHOICES = ("all", "config", "defaults", "defaults-tree", "plugins", "searchpath")
+HYDRA_ALONE = ("help", "hydra_help", "shell_completion", "experimental_rerun")  # Hydra answers these itself
 OTHER_CONFIG = ("config_name", "config_path", "config_dir")  # flags that point Hydra at another config
 
 
+def hydra_parser() -> argparse.ArgumentParser:
+    """The flags ``@hydra.main`` takes, read as its own parser reads them (which is Hydra's private
+    code: tests/test_recipe.py holds the two together)."""
+    parser = argparse.ArgumentParser(add_help=False, description="Hydra")
+    parser.add_argument("--help", "-h", action="store_true")
+    parser.add_argument("--hydra-help", action="store_true")
+    parser.add_argument("--version", action="version", version=f"Hydra {hydra.__version__}")
+    parser.add_argument("overrides", nargs="*")
+    parser.add_argument("--cfg", "-c", choices=["job", "hydra", "all"])
+    parser.add_argument("--resolve", action="store_true")
+    parser.add_argument("--package", "-p")
+    parser.add_argument("--run", "-r", action="store_true")
+    parser.add_argument("--multirun", "-m", action="store_true")
+    parser.add_argument("--shell-completion", "-sc", action="store_true")
+    parser.add_argument("--config-path", "-cp")
+    parser.add_argument("--config-name", "-cn")
+    parser.add_argument("--config-dir", "-cd")
+    parser.add_argument("--experimental-rerun")
+    parser.add_argument("--info", "-i", const="all", nargs="?", choices=INFO_CHOICES)
+    return parser
+
+
 def hydra_args(argv: list[str]) -> argparse.Namespace:
-    """``argv`` parsed by Hydra's own parser (flags, and the overrides in ``overrides``)."""
-    return get_args(argv)
+    """``argv`` parsed as Hydra parses it (flags, and the overrides in ``overrides``)."""
+    return hydra_parser().parse_args(argv)
 
 
-def runs_a_job(args: argparse.Namespace) -> bool:
-    """Whether Hydra, given ``args``, trains (``--multirun`` or not), rather than printing a config,
-    its help or its information, or composing another primary config than ``configs/train.yaml``."""
-    return not any(getattr(args, flag) for flag in (*SHOWS_WITHOUT_RUNNING, *OTHER_CONFIG))
-
-
-def insert_overrides(argv: list[str], extra: list[str]) -> list[str]:
-    """``argv`` with ``extra`` just before its overrides, or first if it has none: Hydra takes its
-    overrides as one run of arguments, and ``--info`` would read one given after it as its value.
-    A key given twice takes the later value, so the user's own overrides still win."""
-    overrides = hydra_args(argv).overrides
-    start = next(
-        (i for i in range(len(argv)) if argv[i : i + len(overrides)] == overrides), 0
-    )  # always found: the overrides are consecutive arguments
-    return [*argv[:start], *extra, *argv[start:]]
+def for_hydra_alone(args: argparse.Namespace) -> bool:
+    """Whether Hydra answers ``args`` from the command line as typed: its help, shell completion, a
+    rerun, another primary config than ``configs/train.yaml``, or flags it refuses together."""
+    commands = sum(map(bool, (args.run, args.multirun, args.cfg, args.shell_completion, args.info)))
+    return (
+        any(getattr(args, flag) for flag in (*HYDRA_ALONE, *OTHER_CONFIG))
+        or commands > 1
+        or (args.resolve and args.cfg is None)
+    )
 
 
 def names_key(overrides: list[str], key: str) -> bool:

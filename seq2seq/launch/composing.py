@@ -1,11 +1,11 @@
-"""The run's config composed as Hydra will compose it, before Hydra runs, so that a mistake costs
+"""The run's config composed and checked once, before anything is written, so that a mistake costs
 one line and no run directory.
 
 Hydra reports a misspelt key, a value of the wrong type or an unknown group option in several
 lines that end in its ``HYDRA_FULL_ERROR`` hint. :func:`compose_jobs` composes every job of a
 launch once (a sweep: every value once), turns each such error into one line that names the key
 and the allowed values or the nearest key, and checks each job's values against the rules of
-``seq2seq/config.py``; what it cannot explain it leaves to Hydra.
+``seq2seq/config.py``; what it cannot explain is Hydra's own message.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import difflib
 import inspect
 from pathlib import Path
+from typing import NamedTuple
 
 import pytorch_lightning as pl
 from hydra import compose, initialize_config_dir
@@ -20,9 +21,17 @@ from hydra.errors import HydraException, MissingConfigException
 from omegaconf import DictConfig, open_dict, read_write
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
 
-from seq2seq.config import ConfigError, dotted, validated_run
+from seq2seq.config import ConfigError, RunConfig, dotted, validated_run
 
 CONFIG_NAME = "train"  # configs/train.yaml, the primary config of train.py
+
+
+class Composed(NamedTuple):
+    """One job: its config with Hydra's node (what Hydra writes to ``.hydra/``) and, where it
+    trains, the run it validates into."""
+
+    config: DictConfig
+    run: RunConfig | None
 
 
 def compose_run(config_dir: Path, overrides: list[str], with_hydra: bool = False) -> DictConfig:
@@ -76,10 +85,10 @@ def explain(err: HydraException, config_dir: Path, overrides: list[str]) -> str 
     return None
 
 
-def compose_jobs(config_dir: Path, jobs: list[list[str]], validate: bool) -> list[DictConfig] | None:
-    """Each job's config (``with_hydra``), or a one-line :class:`ConfigError` for the first job with
-    a bad key, option or type, or (``validate``) a value that breaks a rule; None where Hydra's own
-    message is the answer (an error that no override explains), so that Hydra reports it."""
+def compose_jobs(config_dir: Path, jobs: list[list[str]], validate: bool) -> list[Composed]:
+    """Each job's config (``with_hydra``) and (``validate``) its run, or a one-line
+    :class:`ConfigError` for the first job with a bad key, option or type, or a value that breaks a
+    rule; an error that no override explains is Hydra's own, raised as it is."""
     composed = []
     for overrides in jobs:
         try:
@@ -87,8 +96,6 @@ def compose_jobs(config_dir: Path, jobs: list[list[str]], validate: bool) -> lis
         except HydraException as err:
             if line := explain(err, config_dir, overrides):
                 raise ConfigError(line) from err
-            return None
-        if validate:
-            validated_run(without_hydra(config))
-        composed.append(config)
+            raise
+        composed.append(Composed(config, validated_run(without_hydra(config)) if validate else None))
     return composed

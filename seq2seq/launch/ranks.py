@@ -9,7 +9,7 @@ from collections.abc import Mapping
 
 from omegaconf import OmegaConf
 
-from seq2seq.launch.command_line import insert_overrides, names_key
+from seq2seq.launch.command_line import names_key
 
 UNSET_RUN_ID = "none"  # torchrun's TORCHELASTIC_RUN_ID when its rendezvous got no --rdzv-id
 RUN_DIR, SWEEP_DIR = "hydra.run.dir", "hydra.sweep.dir"  # where Hydra creates a run's or a sweep's directory
@@ -48,16 +48,11 @@ def leads_launch(env: Mapping[str, str]) -> bool:
     return launched_rank(env) == 0 and all(env.get(name, "0") == "0" for name in ("LOCAL_RANK", "NODE_RANK"))
 
 
-def with_rank_overrides(argv: list[str], env: Mapping[str, str]) -> list[str]:
-    """``argv`` plus, for a process of rank > 0, no ``.hydra/`` of its own and a log file of its own.
-
-    They go where :func:`~seq2seq.launch.command_line.insert_overrides` puts them, so an explicit
-    ``hydra.job.name=...`` of the user's still wins.
-    """
+def rank_overrides(env: Mapping[str, str]) -> list[str]:
+    """What Hydra is told for a process of rank > 0: no ``.hydra/`` of its own and a log file of its
+    own. They go before the command line's overrides, so an explicit ``hydra.job.name=...`` wins."""
     rank = launched_rank(env)
-    if rank == 0:
-        return argv
-    return insert_overrides(argv, ["hydra.output_subdir=null", f"hydra.job.name=train_rank{rank}"])
+    return [] if rank == 0 else ["hydra.output_subdir=null", f"hydra.job.name=train_rank{rank}"]
 
 
 def run_dir_conflict(overrides: list[str], env: Mapping[str, str]) -> str | None:

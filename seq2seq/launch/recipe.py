@@ -1,7 +1,7 @@
 """Which experiment ``python train.py`` runs when the command line names none: the GPU recipe on a
 machine with a CUDA GPU, the CPU recipe elsewhere. This is the one place that decides it
-(configs/train.yaml leaves ``experiment`` unset). It is added to the command line as an ordinary
-override, so ``.hydra/overrides.yaml`` shows it and an explicit ``experiment=...`` always wins."""
+(configs/train.yaml leaves ``experiment`` unset). It goes first among the overrides as an ordinary
+one, so ``.hydra/overrides.yaml`` shows it and an explicit ``experiment=...`` always wins."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from seq2seq.config import dotted
-from seq2seq.launch.command_line import hydra_args, insert_overrides
 
 GPU_RECIPE = "spa_en_gpu"
 CPU_RECIPE = "spa_en_cpu"
@@ -42,16 +41,14 @@ def what_it_sets(config_dir: Path, experiment: str) -> str:
     return ", ".join(picks + [f"{key}={value}" for key, value in values.items()])
 
 
-def choose_recipe(argv: list[str], gpu: str | None, config_dir: Path) -> tuple[list[str], str]:
-    """``argv`` with the hardware's experiment added when it names none, and the line that says so.
-
-    ``gpu`` is the CUDA device's name, or None on a machine without one.
-    """
-    if names_an_experiment(hydra_args(argv).overrides):
-        return argv, "recipe: the experiment given on the command line"
+def choose_recipe(overrides: list[str], gpu: str | None, config_dir: Path) -> tuple[list[str], str]:
+    """The command line's ``overrides`` with the hardware's experiment first where they name none,
+    and the line that says so. ``gpu`` is the CUDA device's name, or None on a machine without one."""
+    if names_an_experiment(overrides):
+        return overrides, "recipe: the experiment given on the command line"
     if gpu is not None:
         chosen, why = GPU_RECIPE, f"CUDA GPU: {gpu}; experiment={CPU_RECIPE} trains the CPU recipe"
     else:
         chosen, why = CPU_RECIPE, f"no CUDA GPU; experiment={GPU_RECIPE} needs one"
     line = f"recipe: added experiment={chosen} ({why}): {what_it_sets(config_dir, chosen)}"
-    return insert_overrides(argv, [f"experiment={chosen}"]), line
+    return [f"experiment={chosen}", *overrides], line

@@ -1,7 +1,7 @@
 """A SLURM job that reaches its time limit or is preempted continues by itself: SLURM's warning
 signal requeues the job (:class:`RequeueOnSignal`), and the requeued job resumes from its run
-directory's ``last.ckpt`` (:func:`requeued_checkpoint`). docs/distributed.md, "Preemption and time
-limits", says what ``slurm/train.sbatch`` asks for."""
+directory's ``last.ckpt`` (:mod:`seq2seq.launch.requeue` decides). docs/distributed.md, "Preemption
+and time limits", says what ``slurm/train.sbatch`` asks for."""
 
 from __future__ import annotations
 
@@ -12,12 +12,9 @@ import signal
 import subprocess
 import threading
 from collections.abc import Iterator, Mapping
-from pathlib import Path
 from types import FrameType
 
 from lightning_fabric.plugins.environments import SLURMEnvironment
-
-from seq2seq.config import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -40,35 +37,14 @@ def slurm_job(env: Mapping[str, str]) -> str | None:
     return env.get("SLURM_JOB_ID")
 
 
-def requeued(run_dir: Path, launch_name: str | None, env: Mapping[str, str]) -> bool:
-    """Whether this is a requeued SLURM job (SLURM_RESTART_COUNT > 0) and ``run_dir`` is the one
-    named after it (``launch_name``, the same job id)."""
-    count = env.get("SLURM_RESTART_COUNT", "0")
-    if not count.strip().isdigit():
-        raise ConfigError(f"SLURM_RESTART_COUNT must be a whole number >= 0, got {count!r}")
-    return int(count) > 0 and run_dir.name == launch_name
-
-
-def requeued_checkpoint(run_dir: Path, launch_name: str | None, env: Mapping[str, str]) -> Path | None:
-    """``run_dir``'s ``checkpoints/last.ckpt`` if this is a requeued job in its own directory
-    (:func:`requeued`); else None."""
-    last = run_dir / "checkpoints" / "last.ckpt"
-    return last if requeued(run_dir, launch_name, env) and last.is_file() else None
-
-
-def starts_over(run_dir: Path, launch_name: str | None, env: Mapping[str, str]) -> bool:
-    """Whether this requeued job's predecessor was stopped before it saved any checkpoint: the
-    job then trains from the start over what it left (logs, tensorboard), as nothing can resume."""
-    return requeued(run_dir, launch_name, env) and not any((run_dir / "checkpoints").glob("*.ckpt"))
-
-
 class RequeueOnSignal:
     """On SLURM's warning signal, global rank 0 requeues the job with ``scontrol requeue``.
 
     Armed for the whole run (:meth:`armed`), data preparation included, not only once the trainer
     runs. SLURM then ends the running job with SIGTERM: in training every rank stops at the next
     batch, :class:`~seq2seq.training.checkpointing.SaveLast` saves ``last.ckpt`` and the process
-    exits; before it, the process ends and the requeued job starts over (:func:`starts_over`). If
+    exits; before it, the process ends and the requeued job starts over
+    (:func:`seq2seq.launch.requeue.starts_over`). If
     ``scontrol`` fails, the run goes on to its time limit.
     """
 

@@ -19,7 +19,6 @@ from pytorch_lightning.utilities import rank_zero_only
 from seq2seq.config import ConfigError, RunConfig
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.data.sampler import BatchOrder
-from seq2seq.formats.checkpoint import LoadedModel
 from seq2seq.formats.run_directory import RunDirectory
 from seq2seq.training.budget import Budget
 from seq2seq.training.checkpointing import AtomicCheckpointIO, InterruptBetweenBatches, SaveLast
@@ -108,19 +107,13 @@ def build_trainer(run: RunConfig, run_dir: Path) -> pl.Trainer:
     return trainer
 
 
-def train(run: RunConfig, run_dir: RunDirectory, header: list[str]) -> dict[str, float]:
-    """Train as ``run``, with this machine's choices settled, says, in ``run_dir``, whose claim the
+def train(run: RunConfig, claimed: RunDirectory, header: list[str]) -> dict[str, float]:
+    """Train as ``run``, with this machine's choices settled, says, in ``claimed``, whose claim the
     caller holds (its rank 0 does); ``header``: the lines that head config.yaml. Returns the final
     logged metrics. ``run.init_from`` and ``run.ckpt_path`` are opened and checked against the run
-    before anything is written."""
-    return _train_in(run_dir.path, run, header, open_start(run))
-
-
-def _train_in(
-    run_dir: Path, run: RunConfig, header: list[str], start: LoadedModel | None
-) -> dict[str, float]:
-    """The run itself, once ``run_dir`` is known to be this run's to write; ``start``: what
-    ``init_from`` names, whose tokenizer the run keeps (also when it resumes)."""
+    before anything is written; the run keeps ``init_from``'s tokenizer (also when it resumes)."""
+    start = open_start(run)
+    run_dir = claimed.path
     if rank_zero_only.rank == 0:  # every rank of a torchrun or SLURM launch runs this; one writes
         (run_dir / "config.yaml").write_text(config_yaml(run, header))
     pl.seed_everything(run.seed, workers=True)
