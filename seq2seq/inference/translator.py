@@ -30,6 +30,7 @@ from seq2seq.config import DataConfig, DecodeConfig
 from seq2seq.data.batching import pack, pad_ids
 from seq2seq.data.tokenizers.tokenizer import EOS_ID, UNK_ID, TranslationTokenizer
 from seq2seq.decoding import Hypothesis, generate
+from seq2seq.decoding.captured_steps import Decoders
 from seq2seq.decoding.scorers import Models, members
 from seq2seq.decoding.shortlist import Shortlist
 from seq2seq.decoding.steps import limits_of_lengths
@@ -284,6 +285,7 @@ class Translator(TranslatorBase):
             raise DeviceError(f"int8 weights decode on a CPU only, not on {self.device.type}")
         self.models = [self._prepared(m) for m in models]
         self.model = self.models[0]
+        self.captured: Decoders = {}  # decode.capture's compiled steps and buffers, kept for each batch
 
     def _prepared(self, model: Transformer) -> Transformer:
         """``model`` in the search's dtype, on its device, in eval mode (a copy if it must change)."""
@@ -318,7 +320,8 @@ class Translator(TranslatorBase):
         if self.shortlist is not None:
             candidates = self.shortlist.candidates(sources, self.model.special_ids).to(self.device)
         models = self.model if len(self.models) == 1 else self.models
-        return generate(models, pad_ids(sources).to(self.device), cfg, candidates, prefixes, constraints)
+        src = pad_ids(sources).to(self.device)
+        return generate(models, src, cfg, candidates, prefixes, constraints, self.captured)
 
     def seed(self, seed: int) -> None:
         torch.manual_seed(seed)
