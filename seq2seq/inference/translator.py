@@ -31,6 +31,7 @@ from seq2seq.data.batching import pack, pad_ids
 from seq2seq.data.tokenizers.tokenizer import EOS_ID, UNK_ID, TranslationTokenizer
 from seq2seq.decoding import Hypothesis, generate
 from seq2seq.decoding.captured_steps import Decoders
+from seq2seq.decoding.overrides import DecodeOverrides
 from seq2seq.decoding.scorers import Models, members
 from seq2seq.decoding.shortlist import Shortlist
 from seq2seq.decoding.steps import limits_of_lengths
@@ -111,8 +112,8 @@ class TranslatorBase(ABC):
     def decode_cfg_with(
         self, beam: int | None = None, nbest: int | None = None, max_len: int | None = None
     ) -> DecodeConfig:
-        """The decoding config with these overrides (:meth:`DecodeConfig.overridden`)."""
-        return self.decode_cfg.overridden(beam, nbest, max_len)
+        """The decoding config with these overrides (see :class:`DecodeOverrides`)."""
+        return DecodeOverrides(beam, nbest, max_len).applied_to(self.decode_cfg)
 
     def encode(self, texts: list[str]) -> list[list[int]]:
         """Source ids + EOS per text, cut to the model's max positions; [] for a blank text."""
