@@ -32,7 +32,7 @@ from seq2seq.formats.export_folder import ExportError
 from seq2seq.formats.output_file import OutputError, check_writable, output
 from seq2seq.inference.alignment import AlignmentError, align, format_table, save_heatmap
 from seq2seq.inference.backends import EnsembleError, open_model
-from seq2seq.inference.cli_options import PROG, build_parser, check_arguments, decode_overrides
+from seq2seq.inference.cli_options import PROG, build_parser, checked_overrides
 from seq2seq.inference.evaluation import evaluate, format_scores, read_eval_pairs
 from seq2seq.inference.translator import TargetError, Translation, Translator, TranslatorBase
 from seq2seq.machine.hardware import DeviceError, compile_blocker
@@ -159,14 +159,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    check_arguments(args)
+    overrides = checked_overrides(args)
     check_writable("--output", args.output)
     check_writable("--metrics-out", args.metrics_out)
     if isinstance(sys.stdin, io.TextIOWrapper):  # bytes that are not UTF-8 become U+FFFD, not a crash
         sys.stdin.reconfigure(errors="replace")
     translator, facts, reason = open_model(
         args.ckpt, args.model, args.device, args.batch_tokens, args.dtype,
-        decode=decode_overrides(args), shortlist=args.shortlist, seed=args.seed,
+        decode=overrides, shortlist=args.shortlist, seed=args.seed,
     )  # fmt: skip
     vocabulary = facts.tokenizer.tgt_vocab_size
     if args.beam is not None and args.beam > vocabulary:  # a beam cannot hold more prefixes than tokens
@@ -181,16 +181,17 @@ def _run(args: argparse.Namespace) -> int:
         sources, references = _eval_set(args.eval, facts.data_config)
         started = time.perf_counter()
         evaluation = evaluate(translator, sources, references)
-        seconds = time.perf_counter() - started
+        metrics = _metrics(args.eval, translator, reason, evaluation.scores, time.perf_counter() - started)
+        scores = format_scores(evaluation.scores) + f"\ncompute = {translator.compute} ({reason})\n"
         with output(None) as out:  # first: a file that fails to write must not take the scores with it
-            out.write(format_scores(evaluation.scores) + f"\ncompute = {translator.compute} ({reason})\n")
+            out.write(scores)
             out.flush()
         if args.output:
             with output(args.output) as out:
                 out.writelines(text + "\n" for text in evaluation.hypotheses)
         if args.metrics_out:
             with output(args.metrics_out, "--metrics-out") as out:
-                json.dump(_metrics(args.eval, translator, reason, evaluation.scores, seconds), out, indent=1)
+                json.dump(metrics, out, indent=1)
         return 0
     with output(args.output) as out:
         progress = not args.sentences and _stdin_is_file()  # a pipe or a terminal gets no bar

@@ -1,5 +1,5 @@
 """The ``translate.py`` command line's options: the parser, the checks made before a model is
-opened, and what the options change of the model's decoding settings."""
+opened, and what the options change of the model's decoding settings (:class:`DecodeOverrides`)."""
 
 from __future__ import annotations
 
@@ -126,7 +126,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def check_arguments(args: argparse.Namespace) -> None:
+def checked_overrides(args: argparse.Namespace) -> DecodeOverrides:
+    """Refuse bad values and combinations before anything is opened; then what the options change of
+    the model's decoding settings."""
     for name in ("beam", "nbest", "max_len", "batch_tokens", "top_k"):
         value = getattr(args, name)
         if value is not None and value < (0 if name == "top_k" else 1):
@@ -156,10 +158,6 @@ def check_arguments(args: argparse.Namespace) -> None:
     if args.metrics_out and not args.eval:
         raise UsageError("--metrics-out needs --eval")
     check_shortlist_argument(args)
-
-
-def decode_overrides(args: argparse.Namespace) -> DecodeOverrides:
-    """What the command line changes of the model's decoding settings."""
     return DecodeOverrides(
         beam=args.beam or (1 if args.greedy else None), nbest=args.nbest or 1, max_len=args.max_len,
         sample=args.sample, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
