@@ -15,7 +15,7 @@ from __future__ import annotations
 import codecs
 import math
 import re
-from dataclasses import dataclass, field, fields, is_dataclass, replace
+from dataclasses import dataclass, field, fields, is_dataclass
 from itertools import pairwise
 from typing import Any, get_type_hints
 
@@ -291,17 +291,6 @@ class DecodeConfig:
             )
         if self.length_penalty < 0:
             raise ConfigError(f"decode.length_penalty must be >= 0, got {self.length_penalty}")
-
-    def overridden(
-        self, beam: int | None = None, nbest: int | None = None, max_len: int | None = None
-    ) -> DecodeConfig:
-        """These settings with a caller's overrides (translate.py's options, a request's fields); None
-        keeps a setting. ``nbest`` defaults to this config's, at most the beam; ``max_len`` caps the
-        output at that many tokens whatever the source's length. A bad result is a ConfigError."""
-        beam = self.beam_size if beam is None else beam
-        nbest = min(self.nbest, beam) if nbest is None else nbest
-        lengths = {} if max_len is None else {"max_len_a": 0.0, "max_len_b": max_len}
-        return replace(self, beam_size=beam, nbest=nbest, **lengths)
 
 
 SAMPLING_KEYS = ("temperature", "top_k", "top_p")  # read only when sampling; their defaults change nothing

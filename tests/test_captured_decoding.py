@@ -13,21 +13,23 @@ from conftest import MEMORISED_PAIRS
 from tiny import CORPUS
 from torch._dynamo.testing import CompileCounterWithBackend
 
+from seq2seq import capture
 from seq2seq.config import ConfigError
 from seq2seq.data.batching import pad_ids
-from seq2seq.decoding import captured_steps, generate
-from seq2seq.decoding.captured_steps import bucket
+from seq2seq.decoding import generate
+from seq2seq.decoding.captured_steps import Decoders, bucket
 from seq2seq.inference.backends import open_model
 from seq2seq.inference.translator import Translator
 
 
 @pytest.fixture
 def counter(monkeypatch: pytest.MonkeyPatch) -> Iterator[CompileCounterWithBackend]:
-    """Compiles counted, with no kernels built; dynamo's recompile limit as it was after."""
+    """Compiles counted, with no kernels built; the process's recompile limit left as it was."""
     counted = CompileCounterWithBackend("aot_eager")
-    monkeypatch.setattr(captured_steps, "BACKEND", counted)
-    with torch._dynamo.config.patch(recompile_limit=torch._dynamo.config.recompile_limit):
-        yield counted
+    monkeypatch.setattr(capture, "BACKEND", counted)
+    limit = torch._dynamo.config.recompile_limit
+    yield counted
+    assert torch._dynamo.config.recompile_limit == limit
 
 
 def memorised_translator(ckpt: Path) -> Translator:
@@ -49,13 +51,15 @@ def test_captured_search_gives_the_eager_translations_compiling_once_per_shape(
     model = translator.model
     eager_cfg = translator.decode_cfg_with(beam=beam, nbest=beam)
     captured_cfg = replace(eager_cfg, capture=True)
+    decoders: Decoders = {}
     for batch in [*source_batches(translator), *source_batches(translator)]:  # each shape twice
         src = pad_ids(batch)
-        expected, got = generate(model, src, eager_cfg), generate(model, src, captured_cfg)
+        expected = generate(model, src, eager_cfg)
+        got = generate(model, src, captured_cfg, decoders=decoders)
         for want, have in zip(expected, got, strict=True):
             assert [h.tokens for h in have] == [h.tokens for h in want]
             assert [h.score for h in have] == pytest.approx([h.score for h in want], abs=1e-4)
-    shapes = captured_steps._DECODERS[model].caches
+    shapes = decoders[model].caches
     assert {(sentences, beams) for sentences, beams, *_ in shapes} == {(4, beam), (64, beam)}
     assert counter.frame_count == len(shapes)  # one compile per batch shape, none per step or batch
 

@@ -16,6 +16,7 @@ from tiny import CORPUS, tiny_tokenizer
 from torch._dynamo.testing import CompileCounterWithBackend
 
 from bench.lib.training_step import static_batches as static_batches_of_the_bench
+from seq2seq import capture
 from seq2seq.config import ModelConfig
 from seq2seq.data.batching import Batch, collate
 from seq2seq.data.static_shapes import StaticShapes
@@ -23,7 +24,6 @@ from seq2seq.data.tokenizers.tokenizer import PAD_ID
 from seq2seq.launch.start import start_run
 from seq2seq.machine.hardware import compile_blocker
 from seq2seq.model import Transformer
-from seq2seq.training import captured_step
 from seq2seq.training.captured_step import (
     CapturedStep,
     compile_cache,
@@ -77,7 +77,7 @@ def test_the_captured_step_compiles_once_per_shape_and_trains_as_eager(
     tiny_model_cfg: ModelConfig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     counter = CompileCounterWithBackend("aot_eager")  # dynamo and autograd's graphs, no C++ compiler
-    monkeypatch.setattr(captured_step, "BACKEND", counter)
+    monkeypatch.setattr(capture, "BACKEND", counter)
     cfg = replace(tiny_model_cfg, n_encoder_layers=1, n_decoder_layers=1)
     batches = static_batches([(3, 5), (4, 11), (2, 5), (2, 12)], vocab=40)
     assert len({batch.src.shape for batch in batches}) == 2  # each shape twice
@@ -93,10 +93,10 @@ def test_the_captured_step_compiles_once_per_shape_and_trains_as_eager(
         return sums
 
     expected = train_steps(eager, batches, lambda batch: eager_sums(eager, batch))
-    torch._dynamo.reset()  # graphs of this worker's earlier tests' steps would count against the limit
-    with torch._dynamo.config.patch(recompile_limit=1):  # below the shapes: the step raises it
-        step = CapturedStep(captured, 0.1, shapes=2)
+    with torch._dynamo.config.patch(recompile_limit=1):  # below the shapes: new shapes may compile
+        step = CapturedStep(captured, 0.1)
         got = train_steps(captured, batches, sums_of)
+        assert torch._dynamo.config.recompile_limit == 1  # lifted only while a new shape compiled
     assert counter.frame_count == 2
     for (loss, nll, hits), (want_loss, want_nll, want_hits) in zip(got, expected, strict=True):
         assert loss == pytest.approx(want_loss, rel=1e-5) and nll == pytest.approx(want_nll, rel=1e-5)
@@ -147,10 +147,7 @@ def test_the_inductor_step_compiles_into_the_cache_of_its_torch_device_and_model
     monkeypatch.setattr(torch._inductor.config, "fx_graph_cache", False)
     monkeypatch.setattr(torch._functorch.config, "enable_autograd_cache", False)
     model = Transformer(tiny_model_cfg, 40, 40)
-    with torch._dynamo.config.patch(recompile_limit=torch._dynamo.config.recompile_limit):
-        CapturedStep(model, 0.1, shapes=1, backend="inductor", cache_root=tmp_path)(
-            static_batches([(2, 5)], 40)[0]
-        )
+    CapturedStep(model, 0.1, backend="inductor", cache_root=tmp_path)(static_batches([(2, 5)], 40)[0])
     version = f"{torch.__version__} {torch.version.git_version}"
     folder = compile_cache(tmp_path, version, device_name(torch.device("cpu")), model_shape(model))
     assert torch._inductor.runtime.cache_dir_utils.cache_dir() == str(folder) and folder.is_dir()
@@ -162,11 +159,12 @@ def test_a_run_with_compile_and_static_shapes_trains_through_the_captured_step(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     counter = CompileCounterWithBackend("aot_eager")
-    monkeypatch.setattr(captured_step, "BACKEND", counter)
+    monkeypatch.setattr(capture, "BACKEND", counter)
     caplog.set_level(logging.INFO, logger="seq2seq.training.module")
     overrides = ("compile=true", "data.static_shapes=true", "trainer.max_epochs=-1", "trainer.max_steps=2")
-    with torch._dynamo.config.patch(recompile_limit=torch._dynamo.config.recompile_limit):  # as it was after
-        metrics = start_run(tiny_job(tmp_path / "run", tmp_path / "cache", *overrides))
+    limit = torch._dynamo.config.recompile_limit
+    metrics = start_run(tiny_job(tmp_path / "run", tmp_path / "cache", *overrides))
+    assert torch._dynamo.config.recompile_limit == limit  # no process-wide change
     assert 1 <= counter.frame_count <= 2 and np.isfinite(metrics["train/loss"])
     compiled = [record.message for record in caplog.records if record.message.startswith("compiled the")]
     assert len(compiled) == counter.frame_count
@@ -184,7 +182,7 @@ def test_the_inductor_compiled_step_trains_as_eager_on_a_cpu(tiny_model_cfg: Mod
     captured = Transformer(cfg, 40, 40)
     captured.load_state_dict(eager.state_dict())
     expected = train_steps(eager, batches, lambda batch: eager_sums(eager, batch))
-    got = train_steps(captured, batches, CapturedStep(captured, 0.1, shapes=1))
+    got = train_steps(captured, batches, CapturedStep(captured, 0.1))
     for (loss, nll, hits), (want_loss, want_nll, want_hits) in zip(got, expected, strict=True):
         assert loss == pytest.approx(want_loss, rel=1e-4) and nll == pytest.approx(want_nll, rel=1e-4)
         assert hits == want_hits

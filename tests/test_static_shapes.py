@@ -15,6 +15,7 @@ from streamed_store import make_store
 from torch._dynamo.testing import CompileCounterWithBackend
 
 from bench.data.padding import fitted_rungs
+from seq2seq import capture
 from seq2seq.config import ConfigError, DataConfig, ModelConfig
 from seq2seq.data.batching import Batch, collate
 from seq2seq.data.datamodule import TranslationDataModule
@@ -23,7 +24,6 @@ from seq2seq.data.static_shapes import GROWTH, StaticShapes, ladder
 from seq2seq.data.streamed.batches import StreamedBatchSampler
 from seq2seq.data.tokenizers.tokenizer import PAD_ID
 from seq2seq.model import Transformer
-from seq2seq.training import captured_step
 from seq2seq.training.captured_step import CapturedStep
 from seq2seq.training.loss import sequence_loss
 
@@ -138,8 +138,8 @@ def test_a_compiled_step_compiles_once_per_shape(
     vocab = datamodule.tokenizer.src_vocab_size
     model = Transformer(replace(tiny_model_cfg, n_encoder_layers=1, n_decoder_layers=1), vocab, vocab)
     counter = CompileCounterWithBackend("aot_eager")
-    monkeypatch.setattr(captured_step, "BACKEND", counter)
-    step = CapturedStep(model, 0.1, shapes=len(first))
+    monkeypatch.setattr(capture, "BACKEND", counter)
+    step = CapturedStep(model, 0.1)
     for batch in batches:
         sums = step(batch)
         (sums.loss / sums.tokens).backward()

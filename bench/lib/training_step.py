@@ -238,7 +238,7 @@ def twins(name: str, args: argparse.Namespace, data: Data, dtype: torch.dtype) -
         "nn.Transformer": train_step_fn(peer, torch_loss, dtype),
     }
     if args.capture:
-        captured = CapturedStep(ours, 0.1, len(batches), args.capture_backend)
+        captured = CapturedStep(ours, 0.1, args.capture_backend)
         steps["ours captured"] = train_step_fn(ours, captured_loss(captured), dtype)
     for label, step in steps.items():
         started = time.perf_counter()

@@ -9,6 +9,7 @@ from torch import Tensor
 
 from seq2seq.config import DecodeConfig
 from seq2seq.decoding.beam import beam_search
+from seq2seq.decoding.captured_steps import Decoders
 from seq2seq.decoding.constrained import constrained_search
 from seq2seq.decoding.greedy import greedy_search
 from seq2seq.decoding.scorers import Models, prefix_tensor
@@ -25,6 +26,7 @@ def generate(
     candidates: Tensor | None = None,
     prefixes: list[list[int]] | None = None,
     constraints: list[list[list[int]]] | None = None,
+    decoders: Decoders | None = None,
 ) -> list[list[Hypothesis]]:
     """Translate a batch: greedy when ``cfg.beam_size == 1``, else beam search (constrained when any
     sentence has ``constraints``).
@@ -35,6 +37,8 @@ def generate(
     sorted vocabulary ids that include the special ones, restricts the output to those types (a
     shortlist; prefix and constraint types join it). ``prefixes``: B lists of target ids each output
     starts with; ``constraints``: B lists of target phrases each output must contain (beam search).
+    ``decoders``: the caller's captured decoders, for ``cfg.capture`` (see
+    :func:`~seq2seq.decoding.scorers.start_steps`).
     """
     constrained = constraints is not None and any(constraints)
     if constrained and (cfg.beam_size == 1 or cfg.sampling):
@@ -52,5 +56,5 @@ def generate(
             constraints = [[[position[t] for t in phrase] for phrase in phrases] for phrases in constraints]
         return constrained_search(model, src, cfg, constraints, candidates, forced)
     if cfg.beam_size == 1:
-        return greedy_search(model, src, cfg, candidates=candidates, prefixes=forced)
-    return beam_search(model, src, cfg, candidates, forced)
+        return greedy_search(model, src, cfg, candidates=candidates, prefixes=forced, decoders=decoders)
+    return beam_search(model, src, cfg, candidates, forced, decoders)

@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 
 from seq2seq.config import DecodeConfig
+from seq2seq.decoding.captured_steps import Decoders
 from seq2seq.decoding.scorers import Models, start_steps
 from seq2seq.decoding.steps import Hypothesis, length_penalty, top_log_probs
 
@@ -166,12 +167,14 @@ def beam_search(
     cfg: DecodeConfig,
     candidates: Tensor | None = None,
     prefixes: Tensor | None = None,
+    decoders: Decoders | None = None,
 ) -> list[list[Hypothesis]]:
     """Up to ``cfg.nbest`` hypotheses per sentence, best first. src: (B, S) padded ids ending in EOS.
     ``model``: one model or an ensemble's; ``candidates`` (C,): the vocabulary types the output may use
-    (see :class:`CachedSteps`); ``prefixes`` (B, P): forced first tokens (see :func:`start_steps`)."""
+    (see :class:`CachedSteps`); ``prefixes`` (B, P): forced first tokens; ``decoders``: captured
+    ones (both: see :func:`start_steps`)."""
     k, batch, device = cfg.beam_size, src.size(0), src.device
-    steps, limits = start_steps(model, src, cfg, candidates, prefixes)
+    steps, limits = start_steps(model, src, cfg, candidates, prefixes, decoders)
     special = steps.special
     beams = _Beams(  # one live beam per sentence until the first step branches it into K
         rows=torch.arange(batch, device=device),

@@ -1,27 +1,28 @@
-"""``decode.capture``: the decoder step compiled at fixed shapes, replayed as CUDA graphs on a GPU,
-where a step's time is its kernel launches whatever the batch.
+"""``decode.capture``: the decoder step compiled at fixed shapes (:mod:`seq2seq.capture`: CUDA graphs
+on a GPU, where a step's time is its kernel launches whatever the batch).
 
 Each batch shape (sentences, source length and positions, each rounded up to a power of two) has
 buffers of its own, kept for the next batch of that shape, and one compiled step that writes
 position t of every row in place; t is a tensor, so one graph serves every step. Finished
-sentences cannot leave a fixed-shape batch: their rows keep computing, unread.
+sentences cannot leave a fixed-shape batch: their rows keep computing, unread. A translator owns
+its models' :class:`CapturedDecoder` (:data:`Decoders`), so compiled steps and buffers live as long
+as it does.
 """
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from seq2seq.config import ConfigError, DecodeConfig
-from seq2seq.decoding.steps import CachedSteps, Steps
+from seq2seq.capture import Captured
+from seq2seq.config import ConfigError
+from seq2seq.decoding.steps import Steps
 from seq2seq.model import Transformer
 from seq2seq.model.int8 import Int8Linear
 from seq2seq.model.layers import LayerCache
 
-BACKEND = "inductor"  # torch.compile's; tests use "aot_eager", which builds no kernels
 SHORTEST = 16  # the fewest source and target positions a shape has
 
 
@@ -54,22 +55,24 @@ def _fixed_step(
 
 class CapturedDecoder:
     """A model's compiled step and its buffers, one set per batch shape, so one search at a time (as
-    the server's one worker thread runs them); holds no model, so that :data:`_DECODERS` can forget
-    a model no one else holds."""
+    the server's one worker thread runs them)."""
 
-    def __init__(self, device: torch.device) -> None:
-        graphs = device.type == "cuda" and BACKEND == "inductor"
-        mode = "reduce-overhead" if graphs else None
-        self.step = torch.compile(_fixed_step, backend=BACKEND, mode=mode, dynamic=False, fullgraph=True)
+    def __init__(self, model: Transformer, device: torch.device) -> None:
+        self.model = model
+        self.step = Captured(_fixed_step, device)
         self.caches: dict[tuple[int, ...], FixedCache] = {}
 
-    def cache(self, model: Transformer, sentences: int, beams: int, source: int, capacity: int) -> FixedCache:
-        """The buffers of this shape, made (and the shape's compile allowed for) the first time."""
+    def cache(self, sentences: int, beams: int, source: int, capacity: int) -> tuple[FixedCache, bool]:
+        """The buffers of this shape, made the first time, and whether they are new (the step then
+        compiles for them)."""
         key = (sentences, beams, source, capacity)
-        if key not in self.caches:
-            torch._dynamo.config.recompile_limit += 1  # one compile per shape, all counted against the limit
-            self.caches[key] = _new_cache(model, sentences, beams, source, capacity)
-        return self.caches[key]
+        new = key not in self.caches
+        if new:
+            self.caches[key] = _new_cache(self.model, sentences, beams, source, capacity)
+        return self.caches[key], new
+
+
+Decoders = dict[Transformer, CapturedDecoder]  # a translator's, one per model it decodes with
 
 
 def _new_cache(model: Transformer, sentences: int, beams: int, source: int, capacity: int) -> FixedCache:
@@ -97,9 +100,6 @@ def _new_cache(model: Transformer, sentences: int, beams: int, source: int, capa
     return FixedCache(zeros(rows, dtype=torch.long), zeros(dtype=torch.long), mask, layers)
 
 
-_DECODERS: weakref.WeakKeyDictionary[Transformer, CapturedDecoder] = weakref.WeakKeyDictionary()
-
-
 def capture_refusal(model: Transformer, shortlist: bool) -> str | None:
     """Why the captured step would not decode as the eager search does, or None. In bf16 and fp16
     the compiled step rounds where the eager one does not, and some translations change."""
@@ -117,7 +117,8 @@ def capture_refusal(model: Transformer, shortlist: bool) -> str | None:
 
 
 class CapturedSteps(Steps):
-    """:class:`~seq2seq.decoding.steps.CachedSteps`' interface over a :class:`CapturedDecoder`.
+    """:class:`~seq2seq.decoding.steps.CachedSteps`' interface over a :class:`CapturedDecoder`, the one
+    ``decoders`` holds for the model (made there at its first search).
 
     Sentence i of the batch owns rows i·beams .. i·beams + beams - 1 throughout; ``slots`` maps the
     search's active rows onto them, and a beam reorder copies the rows' written positions in place.
@@ -130,6 +131,7 @@ class CapturedSteps(Steps):
         src_mask: Tensor,
         limits: Tensor,
         beams: int,
+        decoders: Decoders,
         candidates: Tensor | None = None,
     ) -> None:
         if reason := capture_refusal(model, candidates is not None):
@@ -137,11 +139,11 @@ class CapturedSteps(Steps):
         self.model, self.beams, self.special = model, beams, model.special_ids
         n, source = src_mask.size(0), src_mask.size(-1)
         capacity = min(bucket(int(limits.max()), SHORTEST), model.cfg.max_positions)
-        if model not in _DECODERS:
-            _DECODERS[model] = CapturedDecoder(memory.device)
-        decoder = _DECODERS[model]
+        if model not in decoders:
+            decoders[model] = CapturedDecoder(model, memory.device)
+        decoder = decoders[model]
         self.step = decoder.step
-        self.cache = decoder.cache(model, bucket(n), beams, bucket(source, SHORTEST), capacity)
+        self.cache, self.new_shape = decoder.cache(bucket(n), beams, bucket(source, SHORTEST), capacity)
         self._fill(memory, src_mask)
         self.sentences = torch.arange(n, device=memory.device)  # the batch index of each active sentence
         self.slots = self.sentences * beams  # each active row's fixed row: one per sentence at first
@@ -163,9 +165,8 @@ class CapturedSteps(Steps):
         """tokens: (N,) newest token per active row -> logits (N, V)."""
         self.cache.tokens.index_copy_(0, self.slots, tokens)
         self.cache.position.fill_(self.length)
-        if tokens.is_cuda:
-            torch.compiler.cudagraph_mark_step_begin()  # the last step's logits were copied out
         logits = self.step(
+            self.new_shape,
             self.model,
             self.cache.tokens,
             self.cache.position,
@@ -174,6 +175,7 @@ class CapturedSteps(Steps):
             self.beams,
         )
         self.length += 1
+        self.new_shape = False
         return logits.index_select(0, self.slots)  # a copy: the graph's output is overwritten next step
 
     def vocabulary_ids(self, tokens: list[int]) -> list[int]:
@@ -195,17 +197,3 @@ class CapturedSteps(Steps):
             for buffer in (layer.self_k, layer.self_v):
                 written = buffer[:, :, : self.length]  # (R, H, t, D/H)
                 written.index_copy_(0, self.slots, written.index_select(0, parents))
-
-
-def cached_steps(
-    model: Transformer,
-    memory: Tensor,
-    src_mask: Tensor,
-    cfg: DecodeConfig,
-    limits: Tensor,
-    candidates: Tensor | None,
-) -> CachedSteps | CapturedSteps:
-    """The steps a search runs on: captured when ``cfg.capture``, else the eager KV cache."""
-    if cfg.capture:
-        return CapturedSteps(model, memory, src_mask, limits, cfg.beam_size, candidates)
-    return CachedSteps(model, memory, src_mask, candidates)

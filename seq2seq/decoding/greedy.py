@@ -12,6 +12,7 @@ import torch
 from torch import Tensor
 
 from seq2seq.config import DecodeConfig
+from seq2seq.decoding.captured_steps import Decoders
 from seq2seq.decoding.sampling import pick_next_tokens
 from seq2seq.decoding.scorers import Models, Scorer, start_steps
 from seq2seq.decoding.steps import FullSteps, Hypothesis, length_penalty, output_limits
@@ -26,16 +27,18 @@ def greedy_search(
     cached: bool = True,
     candidates: Tensor | None = None,
     prefixes: Tensor | None = None,
+    decoders: Decoders | None = None,
 ) -> list[list[Hypothesis]]:
     """One hypothesis per sentence. src: (B, S) ids ending in EOS, padded with the model's pad id.
 
     ``model``: one model or an ensemble's. ``cached=False`` re-runs the full decoder of one model each
     step; it exists to test and time the cache. ``candidates`` (C,): the vocabulary types the output
-    may use (see :class:`CachedSteps`); ``prefixes`` (B, P): forced first tokens (see :func:`start_steps`).
+    may use (see :class:`CachedSteps`); ``prefixes`` (B, P): forced first tokens; ``decoders``:
+    captured ones (both: see :func:`start_steps`).
     """
     if cached:
         steps: Scorer
-        steps, limits = start_steps(model, src, cfg, candidates, prefixes)
+        steps, limits = start_steps(model, src, cfg, candidates, prefixes, decoders)
     elif isinstance(model, Transformer) and candidates is None and prefixes is None:
         memory, src_mask = model.encode(src)
         limits = output_limits(src, cfg, model.cfg.max_positions, model.pad_id)  # (B,)

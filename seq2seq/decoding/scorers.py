@@ -15,8 +15,8 @@ import torch
 from torch import Tensor
 
 from seq2seq.config import DecodeConfig
-from seq2seq.decoding.captured_steps import cached_steps
-from seq2seq.decoding.steps import Steps, output_limits
+from seq2seq.decoding.captured_steps import CapturedSteps, Decoders
+from seq2seq.decoding.steps import CachedSteps, Steps, output_limits
 from seq2seq.model import Transformer
 
 Models = Transformer | Sequence[Transformer]  # one model, or the members of an ensemble
@@ -117,17 +117,24 @@ def start_steps(
     cfg: DecodeConfig,
     candidates: Tensor | None = None,
     prefixes: Tensor | None = None,
+    decoders: Decoders | None = None,
 ) -> tuple[Scorer, Tensor]:
-    """Encode ``src`` (B, S) with each model and start its cached steps; also returns each sentence's
-    output length limit (B,), the tightest of the members'. ``prefixes`` (B, P): see
-    :class:`ForcedPrefix`; positions in ``candidates`` when a shortlist restricts the output."""
+    """Encode ``src`` (B, S) with each model and start its cached steps (the eager KV cache, or the
+    captured step when ``cfg.capture``); also returns each sentence's output length limit (B,), the
+    tightest of the members'. ``prefixes`` (B, P): see :class:`ForcedPrefix`; positions in
+    ``candidates`` when a shortlist restricts the output. ``decoders``: the captured decoders of the
+    caller's models, kept for its next searches (none: this search's own, compiled for it)."""
     models = members(model)
     max_positions = min(m.cfg.max_positions for m in models)
     limits = output_limits(src, cfg, max_positions, models[0].pad_id)
-    steps = []
+    decoders = {} if decoders is None else decoders
+    steps: list[Steps] = []
     for m in models:
         memory, src_mask = m.encode(src)
-        steps.append(cached_steps(m, memory, src_mask, cfg, limits, candidates))
+        if cfg.capture:
+            steps.append(CapturedSteps(m, memory, src_mask, limits, cfg.beam_size, decoders, candidates))
+        else:
+            steps.append(CachedSteps(m, memory, src_mask, candidates))
     scorer: Scorer = steps[0] if len(steps) == 1 else EnsembleSteps(steps)
     if prefixes is not None:
         scorer = ForcedPrefix(scorer, prefixes)

@@ -12,7 +12,6 @@ file says of its model, a checkpoint or an export folder alike.
 from __future__ import annotations
 
 import codecs
-import os
 import zipfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ import torch
 
 from seq2seq.config import DataConfig, DecodeConfig, ModelConfig
 from seq2seq.data.tokenizers.tokenizer import TranslationTokenizer
+from seq2seq.formats.output_file import written_whole
 from seq2seq.model import Transformer
 
 KEY = "seq2seq"
@@ -71,22 +71,16 @@ def resume_state(checkpoint: dict[str, Any]) -> ResumeState:
 
 
 def save_atomically(checkpoint: dict[str, Any], path: str | Path) -> None:
-    """Write ``checkpoint`` to a temporary file, flush it to disk, then rename it onto ``path``.
-
-    A kill never leaves half a file. A failed write (disk full, directory gone) removes the partial
-    file, keeps the previous checkpoint as it was, and raises a one-line :class:`CheckpointError`.
+    """Write ``checkpoint`` whole (:func:`~seq2seq.formats.output_file.written_whole`): a kill never
+    leaves half a file. A failed write (disk full, directory gone) removes the partial file, keeps
+    the previous checkpoint as it was, and raises a one-line :class:`CheckpointError`.
     """
     path = Path(path)
-    partial = path.with_name(f".{path.name}.partial")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open(partial, "wb") as handle:
+        with written_whole(path, binary=True, one_partial=True) as handle:
             torch.save(checkpoint, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(partial, path)
     except (OSError, RuntimeError) as err:  # torch reports some failed writes as RuntimeError
-        partial.unlink(missing_ok=True)
         reason = getattr(err, "strerror", None) or _first_line(err)
         raise CheckpointError(f"cannot write checkpoint {path}: {reason}") from err
 

@@ -1,208 +1,46 @@
-"""Command line behind ``translate.py``: argparse, modes and error handling around a translator.
+"""Command line behind ``translate.py``: its modes and error handling around a translator opened
+whole (:func:`~seq2seq.inference.backends.open_model`); the options are :mod:`.cli_options`'.
 
 Expected failures (missing or corrupt checkpoint, no GPU, bad arguments, bad data, output that
 cannot be written) raise their own exception types where they arise; :func:`main` prints those
 as one line on stderr and returns a non-zero code, and lets anything else (a bug) raise.
-``--output`` is written to a temporary file that is renamed only on success, so a failure never
-leaves a partial file behind; the file keeps its mode, and a symlink keeps pointing at it. A FIFO
-or a device (``/dev/stdout``) is written into, and a file without a write bit is refused.
+``--output`` and ``--metrics-out`` are written whole (:mod:`seq2seq.formats.output_file`).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import io
 import itertools
 import json
-import math
 import os
-import secrets
 import stat
 import sys
 import time
-from collections.abc import Iterable, Iterator
-from dataclasses import replace
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TextIO
 
 from tqdm import tqdm
 
-from seq2seq.command_line import (
-    OneLineParser,
-    UsageError,
-    add_compute_arguments,
-    add_model_arguments,
-    run_command,
-)
-from seq2seq.config import ConfigError, DataConfig, DataError, DecodeConfig
+from seq2seq.command_line import UsageError, run_command
+from seq2seq.config import ConfigError, DataConfig, DataError
 from seq2seq.decoding.captured_steps import capture_refusal
 from seq2seq.decoding.shortlist import ShortlistError
 from seq2seq.formats.checkpoint import CheckpointError
 from seq2seq.formats.export_folder import ExportError
+from seq2seq.formats.output_file import OutputError, check_writable, output
 from seq2seq.inference.alignment import AlignmentError, align, format_table, save_heatmap
 from seq2seq.inference.backends import EnsembleError, open_model
+from seq2seq.inference.cli_options import PROG, build_parser, checked_overrides
 from seq2seq.inference.evaluation import evaluate, format_scores, read_eval_pairs
-from seq2seq.inference.shortlist import add_shortlist_argument, check_shortlist_argument, shortlist_of
 from seq2seq.inference.translator import TargetError, Translation, Translator, TranslatorBase
-from seq2seq.machine.hardware import AUTO, DeviceError, compile_blocker
-
-PROG = "translate.py"
-EXAMPLES = f"""examples:
-  python {PROG} --ckpt model.ckpt "How are you?" "I like coffee."
-  python {PROG} --ckpt model.ckpt < input.en > output.es        (streams; progress bar on stderr)
-  python {PROG} --ckpt model.ckpt --beam 5 --nbest 3 "Good morning."   (index<TAB>score<TAB>text)
-  python {PROG} --ckpt model.ckpt --show-attention --attention-png att.png "I like coffee."
-  python {PROG} --ckpt model.ckpt --eval test           (BLEU/chrF on the checkpoint corpus's test split)
-  python {PROG} --ckpt model.ckpt --eval pairs.tsv      (columns in the training corpus's order)
-  python {PROG} --ckpt model.ckpt --interactive
-  python {PROG} --model exported/ "How are you?"   (a model exported with python -m seq2seq.export)
-
-Blank input lines give blank output lines; bytes that are not UTF-8 are read as U+FFFD; inputs
-longer than the model's max positions are truncated (one warning on stderr). Errors (missing,
-corrupt or mismatched checkpoint, no GPU, bad data) print one line on stderr and exit 1; bad
-arguments exit 2. With --output, a failed run leaves no file; an existing file keeps its mode,
-a symlink is written through, a FIFO or device (/dev/stdout) is written into, and a file without
-a write bit is refused. --eval prints its scores before it writes any file.
-"""
-
-
-class OutputError(Exception):
-    """The output (stdout, ``--output`` or ``--attention-png``) cannot be written."""
-
+from seq2seq.machine.hardware import DeviceError, compile_blocker
 
 EXPECTED_ERRORS = (
     CheckpointError, ConfigError, DataError, DeviceError, AlignmentError, OutputError, ExportError,
     ShortlistError,
 )  # fmt: skip
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(
-        prog=PROG,
-        description="Translate with a trained seq2seq checkpoint.",
-        epilog=EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument(
-        "sentences", nargs="*", help="sentences to translate; without any, stdin is read line by line"
-    )
-    add_model_arguments(
-        parser, "CTranslate2 or transformers export written by python -m seq2seq.export", True
-    )
-    mode = parser.add_mutually_exclusive_group()
-    mode.add_argument(
-        "--interactive", "-i", action="store_true", help="prompt for sentences until EOF (Ctrl-D)"
-    )
-    mode.add_argument(
-        "--eval",
-        metavar="SPLIT|PATH",
-        help="score 'test' or 'valid' (rebuilt from the checkpoint's data config) or a TSV/TSV.gz of pairs "
-        "laid out like the training corpus; prints BLEU and chrF with signatures and BLEU per source length",
-    )
-    search = parser.add_mutually_exclusive_group()
-    search.add_argument(
-        "--beam",
-        type=int,
-        metavar="N",
-        help="beam size (default: the checkpoint's); more than the target vocabulary's size is refused",
-    )
-    search.add_argument("--greedy", action="store_true", help="greedy search (beam size 1)")
-    search.add_argument("--sample", action="store_true", help="sample each token instead of searching")
-    parser.add_argument(
-        "--temperature",
-        type=float,
-        metavar="T",
-        help="sampling temperature, finite, >= 0 (with --sample; 0 takes the likeliest token, as --greedy)",
-    )
-    parser.add_argument(
-        "--top-k", type=int, metavar="K", help="sample among the K likeliest tokens (with --sample)"
-    )
-    parser.add_argument(
-        "--top-p",
-        type=float,
-        metavar="P",
-        help="sample among the likeliest tokens that hold probability P, 0 < P <= 1 (with --sample)",
-    )
-    parser.add_argument("--seed", type=int, metavar="N", help="random seed for --sample")
-    parser.add_argument(
-        "--nbest", type=int, metavar="K", help="print K hypotheses per input: index<TAB>score<TAB>text"
-    )
-    parser.add_argument(
-        "--max-len", type=int, metavar="T", help="at most T output tokens (default: a*source+b)"
-    )
-    parser.add_argument(
-        "--tsv",
-        action="store_true",
-        help="input lines are source<TAB>prefix[<TAB>phrase...]: the start each translation continues (may "
-        "be empty), then phrases it must contain (with --beam); without it a TAB is part of the text",
-    )
-    add_compute_arguments(
-        parser,
-        "compute dtype (default: auto, chosen from the hardware like trainer.precision=auto; int8: int8 "
-        "weights in the decoder and output projection, on a CPU)",
-    )
-    add_shortlist_argument(parser)
-    parser.add_argument(
-        "--capture",
-        action="store_true",
-        help="compile the decoder step at fixed shapes, replayed as CUDA graphs on a GPU (decode.capture); "
-        "float32 only",
-    )
-    parser.add_argument(
-        "--batch-tokens",
-        type=int,
-        metavar="N",
-        help="padded source tokens per batch (default: the checkpoint's data.eval_max_tokens, as validation)",
-    )
-    parser.add_argument(
-        "--output", "-o", metavar="PATH", help="write translations (or --eval hypotheses) here"
-    )
-    parser.add_argument(
-        "--metrics-out",
-        metavar="PATH",
-        help="with --eval: also write the scores as JSON (split or file, sentences, beam, compute, BLEU, "
-        "chrF, seconds), what python -m tools.docs.results_page record --test-metrics reads",
-    )
-    parser.add_argument(
-        "--show-attention", action="store_true", help="print each sentence's cross-attention table"
-    )
-    parser.add_argument(
-        "--attention-png", metavar="PATH", help="save the heatmap of the (single) sentence's attention"
-    )
-    return parser
-
-
-def _check(args: argparse.Namespace) -> None:
-    for name in ("beam", "nbest", "max_len", "batch_tokens", "top_k"):
-        value = getattr(args, name)
-        if value is not None and value < (0 if name == "top_k" else 1):
-            raise UsageError(f"--{name.replace('_', '-')} must be positive, got {value}")
-    if args.top_p is not None and not 0.0 < args.top_p <= 1.0:
-        raise UsageError(f"--top-p must be in (0, 1], got {args.top_p}")
-    if args.temperature is not None and not (math.isfinite(args.temperature) and args.temperature >= 0):
-        raise UsageError(f"--temperature must be a finite number >= 0 (0: greedy), got {args.temperature}")
-    sampling_only = (args.temperature, args.top_k, args.top_p, args.seed)
-    if any(value is not None for value in sampling_only) and not args.sample:
-        raise UsageError("--temperature, --top-k, --top-p and --seed need --sample")
-    visual = args.show_attention or args.attention_png
-    if visual and args.model:
-        raise UsageError("--show-attention/--attention-png need --ckpt: an exported model shows no attention")
-    if visual and len(args.ckpt) > 1:
-        raise UsageError("--show-attention/--attention-png need one --ckpt: an ensemble has no one attention")
-    if visual and (args.eval or not (args.sentences or args.interactive)):
-        raise UsageError(
-            "--show-attention/--attention-png need sentences on the command line or --interactive"
-        )
-    if args.attention_png and len(args.sentences) != 1:
-        raise UsageError("--attention-png needs exactly one sentence")
-    if args.sentences and (args.eval or args.interactive):
-        raise UsageError("sentences cannot be combined with --eval or --interactive")
-    if args.capture and args.model:
-        raise UsageError("--capture needs --ckpt: an exported model decodes in its own engine")
-    if args.metrics_out and not args.eval:
-        raise UsageError("--metrics-out needs --eval")
-    check_shortlist_argument(args)
 
 
 def _check_capture(translator: Translator) -> None:
@@ -212,89 +50,6 @@ def _check_capture(translator: Translator) -> None:
         raise UsageError(reason)
     if blocker := compile_blocker(translator.device.type):
         raise UsageError(f"--capture compiles the decoder step: {blocker}")
-
-
-def decode_cfg_from_args(cfg: DecodeConfig, args: argparse.Namespace) -> DecodeConfig:
-    """The checkpoint's decoding config with the command-line overrides applied."""
-    beam = args.beam or (1 if args.greedy or args.sample else None)
-    overridden = replace(
-        cfg.overridden(beam, args.nbest or 1, args.max_len), capture=cfg.capture or args.capture
-    )
-    if not args.sample or args.temperature == 0:  # the limit of sampling as T -> 0: the likeliest token
-        return overridden
-    temperature = 1.0 if args.temperature is None else args.temperature
-    sampling = {"temperature": temperature, "top_k": args.top_k or 0, "top_p": args.top_p or 1.0}
-    return replace(overridden, sampling=True, **sampling)
-
-
-def _existing_mode(path: str) -> int | None:
-    """The mode of the file ``path`` names, through any symlink (``/dev/stdout`` names a pipe), or
-    None if there is none yet."""
-    try:
-        return os.stat(path).st_mode
-    except FileNotFoundError:
-        return None
-
-
-def _check_writable(option: str, path: str | None) -> None:
-    """Refuse an output that cannot be written before decoding, not after minutes of it. A file
-    without any write bit is refused even where root could replace it: someone made it read-only."""
-    if path is None:
-        return
-    try:
-        mode = _existing_mode(path)
-    except OSError as err:
-        raise OutputError(f"cannot write {option} {path}: {err.strerror}") from err
-    if mode is not None and stat.S_ISDIR(mode):
-        raise OutputError(f"cannot write {option} {path}: it is a directory")
-    if mode is not None and not stat.S_ISREG(mode):  # a FIFO, a device, /dev/stdout: written into
-        return
-    if mode is not None and not (mode & 0o222 and os.access(path, os.W_OK)):
-        raise OutputError(
-            f"cannot write {option} {path}: the file is read-only (mode {stat.S_IMODE(mode):o})"
-        )
-    target = Path(path).resolve()
-    if not target.parent.is_dir():
-        raise OutputError(f"cannot write {option} {path}: its directory {target.parent} does not exist")
-    if not os.access(target.parent, os.W_OK):
-        raise OutputError(f"cannot write {option} {path}: no permission to create files in {target.parent}")
-
-
-@contextlib.contextmanager
-def _output(path: str | None, option: str = "--output") -> Iterator[TextIO]:
-    """stdout; ``path`` itself when it names a FIFO or a device (``/dev/stdout``, ``/dev/null``),
-    which are streams to write into, not files to replace; else a temporary file renamed onto
-    ``path`` only if the block succeeds.
-
-    The file replaced is the one ``path`` names through any symlink, and keeps its mode; a new one
-    gets the umask's. An OSError while the output is open (creating, writing or renaming it) is an
-    :class:`OutputError`.
-    """
-    try:
-        if path is None:
-            yield sys.stdout
-            return
-        mode = _existing_mode(path)
-        if mode is not None and not stat.S_ISREG(mode):
-            with open(path, "w", encoding="utf-8") as stream:
-                yield stream
-            return
-        target = Path(path).resolve()  # a symlink stays, and the file it points at is replaced
-        temp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.partial")
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # 0o666 less the umask
-        if mode is not None:
-            os.fchmod(fd, stat.S_IMODE(mode))
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                yield handle
-            os.replace(temp, target)
-        finally:
-            if os.path.exists(temp):
-                os.unlink(temp)
-    except BrokenPipeError:  # the reader left; main stops quietly
-        raise
-    except OSError as err:  # named as the user gave it: the temporary file is ours
-        raise OutputError(f"cannot write {option} {path or 'stdout'}: {err.strerror or err}") from err
 
 
 def _write(out: TextIO, index: int, translations: list[Translation], with_scores: bool) -> None:
@@ -404,43 +159,41 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    _check(args)
-    _check_writable("--output", args.output)
-    _check_writable("--metrics-out", args.metrics_out)
+    overrides = checked_overrides(args)
+    check_writable("--output", args.output)
+    check_writable("--metrics-out", args.metrics_out)
     if isinstance(sys.stdin, io.TextIOWrapper):  # bytes that are not UTF-8 become U+FFFD, not a crash
         sys.stdin.reconfigure(errors="replace")
-    dtype = "float32" if args.capture and args.dtype == AUTO else args.dtype  # the captured step's only one
-    translator, facts, reason = open_model(args.ckpt, args.model, args.device, args.batch_tokens, dtype)
+    translator, facts, reason = open_model(
+        args.ckpt, args.model, args.device, args.batch_tokens, args.dtype,
+        decode=overrides, shortlist=args.shortlist, seed=args.seed,
+    )  # fmt: skip
     vocabulary = facts.tokenizer.tgt_vocab_size
     if args.beam is not None and args.beam > vocabulary:  # a beam cannot hold more prefixes than tokens
         raise UsageError(f"--beam {args.beam} is more than the target vocabulary's {vocabulary} tokens")
-    translator.decode_cfg = decode_cfg_from_args(translator.decode_cfg, args)
-    if args.shortlist is not None:  # only a checkpoint's Translator takes one
-        translator.shortlist = shortlist_of(args, facts.tokenizer)
-    if args.seed is not None:
-        translator.seed(args.seed)
     if args.capture:
         _check_capture(translator)
     if args.interactive:
-        with _output(None) as out:
+        with output(None) as out:
             _interactive(translator, args, out)
         return 0
     if args.eval:
         sources, references = _eval_set(args.eval, facts.data_config)
         started = time.perf_counter()
         evaluation = evaluate(translator, sources, references)
-        seconds = time.perf_counter() - started
-        with _output(None) as out:  # first: a file that fails to write must not take the scores with it
-            out.write(format_scores(evaluation.scores) + f"\ncompute = {translator.compute} ({reason})\n")
+        metrics = _metrics(args.eval, translator, reason, evaluation.scores, time.perf_counter() - started)
+        scores = format_scores(evaluation.scores) + f"\ncompute = {translator.compute} ({reason})\n"
+        with output(None) as out:  # first: a file that fails to write must not take the scores with it
+            out.write(scores)
             out.flush()
         if args.output:
-            with _output(args.output) as out:
+            with output(args.output) as out:
                 out.writelines(text + "\n" for text in evaluation.hypotheses)
         if args.metrics_out:
-            with _output(args.metrics_out, "--metrics-out") as out:
-                json.dump(_metrics(args.eval, translator, reason, evaluation.scores, seconds), out, indent=1)
+            with output(args.metrics_out, "--metrics-out") as out:
+                json.dump(metrics, out, indent=1)
         return 0
-    with _output(args.output) as out:
+    with output(args.output) as out:
         progress = not args.sentences and _stdin_is_file()  # a pipe or a terminal gets no bar
         _translate_lines(
             translator, args.sentences or sys.stdin, args.nbest is not None, out, progress, args.tsv

@@ -60,16 +60,6 @@ def check_shortlist_argument(args: argparse.Namespace) -> None:
         raise UsageError("--shortlist needs --ckpt: an exported model decodes over its whole vocabulary")
 
 
-def shortlist_of(args: argparse.Namespace, tokenizer: TranslationTokenizer) -> Shortlist | None:
-    """The shortlist that ``--shortlist`` names (after :func:`check_shortlist_argument`), or None; for
-    an ensemble (several ``--ckpt``), the one beside the first checkpoint by default."""
-    if args.shortlist is None:
-        return None
-    return open_shortlist(
-        default_path(args.ckpt[0]) if args.shortlist == BESIDE else args.shortlist, tokenizer
-    )
-
-
 class Counts:
     """Pair counts: c(s, t), c(s), c(t) and each target type's token count."""
 

@@ -30,6 +30,8 @@ from seq2seq.config import DataConfig, DecodeConfig
 from seq2seq.data.batching import pack, pad_ids
 from seq2seq.data.tokenizers.tokenizer import EOS_ID, UNK_ID, TranslationTokenizer
 from seq2seq.decoding import Hypothesis, generate
+from seq2seq.decoding.captured_steps import Decoders
+from seq2seq.decoding.overrides import DecodeOverrides
 from seq2seq.decoding.scorers import Models, members
 from seq2seq.decoding.shortlist import Shortlist
 from seq2seq.decoding.steps import limits_of_lengths
@@ -110,8 +112,8 @@ class TranslatorBase(ABC):
     def decode_cfg_with(
         self, beam: int | None = None, nbest: int | None = None, max_len: int | None = None
     ) -> DecodeConfig:
-        """The decoding config with these overrides (:meth:`DecodeConfig.overridden`)."""
-        return self.decode_cfg.overridden(beam, nbest, max_len)
+        """The decoding config with these overrides (see :class:`DecodeOverrides`)."""
+        return DecodeOverrides(beam, nbest, max_len).applied_to(self.decode_cfg)
 
     def encode(self, texts: list[str]) -> list[list[int]]:
         """Source ids + EOS per text, cut to the model's max positions; [] for a blank text."""
@@ -284,6 +286,7 @@ class Translator(TranslatorBase):
             raise DeviceError(f"int8 weights decode on a CPU only, not on {self.device.type}")
         self.models = [self._prepared(m) for m in models]
         self.model = self.models[0]
+        self.captured: Decoders = {}  # decode.capture's compiled steps and buffers, kept for each batch
 
     def _prepared(self, model: Transformer) -> Transformer:
         """``model`` in the search's dtype, on its device, in eval mode (a copy if it must change)."""
@@ -318,7 +321,8 @@ class Translator(TranslatorBase):
         if self.shortlist is not None:
             candidates = self.shortlist.candidates(sources, self.model.special_ids).to(self.device)
         models = self.model if len(self.models) == 1 else self.models
-        return generate(models, pad_ids(sources).to(self.device), cfg, candidates, prefixes, constraints)
+        src = pad_ids(sources).to(self.device)
+        return generate(models, src, cfg, candidates, prefixes, constraints, self.captured)
 
     def seed(self, seed: int) -> None:
         torch.manual_seed(seed)

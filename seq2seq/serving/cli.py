@@ -32,7 +32,7 @@ from seq2seq.command_line import (
 from seq2seq.formats.checkpoint import CheckpointError, ModelFacts
 from seq2seq.formats.export_folder import ExportError
 from seq2seq.inference.backends import EnsembleError, Opened, open_model
-from seq2seq.inference.shortlist import add_shortlist_argument, check_shortlist_argument, shortlist_of
+from seq2seq.inference.shortlist import add_shortlist_argument, check_shortlist_argument
 from seq2seq.inference.translator import DEFAULT_BATCH_TOKENS
 from seq2seq.serving.app import create_app
 from seq2seq.serving.batcher import DynamicBatcher
@@ -125,12 +125,11 @@ def load(args: argparse.Namespace) -> Opened:
     """The checkpoint (PyTorch, in ``--dtype``, with its ``--shortlist``) or the export that
     ``--ckpt``/``--model`` names."""
     try:
-        opened = open_model(args.ckpt, args.model, args.device, args.batch_tokens, dtype=args.dtype)
+        return open_model(
+            args.ckpt, args.model, args.device, args.batch_tokens, args.dtype, shortlist=args.shortlist
+        )
     except EnsembleError as err:
         raise UsageError(str(err)) from err
-    if args.shortlist is not None:  # only a checkpoint's Translator takes one
-        opened.translator.shortlist = shortlist_of(args, opened.facts.tokenizer)
-    return opened
 
 
 def listen(host: str, port: int) -> socket.socket:

@@ -1,6 +1,6 @@
 """``compile=true`` with ``data.static_shapes=true``: the training step's forward and loss compiled as
-one graph per batch shape, replayed as CUDA graphs on a GPU (``mode="reduce-overhead"``) and
-compiled the same way, without them, on a CPU. Backward follows the graph; the optimizer is eager.
+one graph per batch shape (:mod:`seq2seq.capture`: CUDA graphs on a GPU). Backward follows the
+graph; the optimizer is eager.
 Inductor's compiled graphs persist in a folder of ``data.cache_dir`` keyed by torch, device and model
 shape (:func:`compile_cache`), so a machine's later runs load them instead of compiling again.
 """
@@ -18,13 +18,12 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from seq2seq.capture import Captured
 from seq2seq.data.batching import Batch
 from seq2seq.model import Transformer
 from seq2seq.training.loss import LossSums, fixed_sequence_loss
 
 log = logging.getLogger(__name__)
-
-BACKEND = "inductor"  # torch.compile's; tests use "aot_eager", which builds no kernels
 
 
 def device_name(device: torch.device) -> str:
@@ -63,13 +62,11 @@ def use_compile_cache(folder: Path) -> None:
 class CapturedStep:
     """The loss sums of a training batch through ``model``, compiled at the batch's fixed shape.
 
-    ``shapes``: how many batch shapes the run has (the ladder's rungs), each compiled once, so
-    dynamo's limit on recompiles of one function is raised by it for the process: every instance
-    compiles the same method, whose earlier instances' graphs count too (patching the limit around
-    each call would cost the host more than a GPU step's launches). The loss is over fixed
-    positions and the token count is the batch's own: nothing in the graph depends on the ids' values.
-    ``backend``: torch.compile's, :data:`BACKEND` unless given; ``"cudagraphs"`` records CUDA graphs
-    of the traced step without generating kernels (``python -m bench.train.step --capture`` times both).
+    Each batch shape compiles once, at its first batch (the one call that may compile). The loss is
+    over fixed positions and the token count is the batch's own: nothing in the graph depends on the
+    ids' values. ``backend``: torch.compile's (:data:`seq2seq.capture.BACKEND` unless given);
+    ``"cudagraphs"`` records CUDA graphs of the traced step without generating kernels
+    (``python -m bench.train.step --capture`` times both).
     ``cache_root``: where inductor's graphs persist (:func:`compile_cache`); None: inductor's default.
     """
 
@@ -77,15 +74,13 @@ class CapturedStep:
         self,
         model: Transformer,
         smoothing: float,
-        shapes: int,
-        backend: str | None = None,
+        backend: str | Callable | None = None,
         cache_root: Path | None = None,
     ) -> None:
         self.model, self.smoothing = model, smoothing
-        self.backend = BACKEND if backend is None else backend
+        self.backend = backend
         self.cache_root = cache_root
-        torch._dynamo.config.recompile_limit += shapes
-        self.compiled: Callable[[Tensor, Tensor, Tensor], tuple[Tensor, Tensor, Tensor]] | None = None
+        self.compiled: Captured[[Tensor, Tensor, Tensor], tuple[Tensor, Tensor, Tensor]] | None = None
         self.seen: set[torch.Size] = set()
         self.first_step: tuple[torch.Size, float] | None = None  # a new shape's step: (shape, start)
         self.compiled_seconds = 0.0  # the ended steps of new shapes, each compiling its forward and backward
@@ -100,26 +95,18 @@ class CapturedStep:
     def __call__(self, batch: Batch) -> LossSums:
         """The batch's :class:`LossSums`; the first batch of each shape compiles (seconds to minutes)."""
         if self.compiled is None:  # the mode and the cache's key follow the device the batches arrive on
-            graphs = batch.src.is_cuda and self.backend == "inductor"
-            if self.cache_root is not None and self.backend == "inductor":
+            self.compiled = Captured(self.sums, batch.src.device, self.backend)
+            if self.cache_root is not None and self.compiled.backend == "inductor":
                 version = f"{torch.__version__} {torch.version.git_version}"
                 shape = model_shape(self.model)
                 folder = compile_cache(self.cache_root, version, device_name(batch.src.device), shape)
                 use_compile_cache(folder)
                 log.info("compiled graphs cached in %s", folder)
-            self.compiled = torch.compile(
-                self.sums,
-                backend=self.backend,
-                mode="reduce-overhead" if graphs else None,
-                dynamic=False,
-                fullgraph=True,
-            )
-        if batch.src.shape not in self.seen:
+        new_shape = batch.src.shape not in self.seen
+        if new_shape:
             self.seen.add(batch.src.shape)
             self.first_step = (batch.src.shape, time.perf_counter())
-        if batch.src.is_cuda:
-            torch.compiler.cudagraph_mark_step_begin()  # the last step's graph outputs may be overwritten
-        loss, nll, correct = self.compiled(batch.src, batch.tgt_in, batch.tgt_out)
+        loss, nll, correct = self.compiled(new_shape, batch.src, batch.tgt_in, batch.tgt_out)
         return LossSums(loss, nll, correct, batch.tgt_real.numel())
 
     def step_ended(self) -> str | None:

@@ -19,7 +19,6 @@ from torch import Tensor
 from seq2seq.config import ConfigError, DataConfig, DecodeConfig, ModelConfig, OptimConfig
 from seq2seq.data.batching import Batch
 from seq2seq.data.corpus import cache_root
-from seq2seq.data.static_shapes import StaticShapes
 from seq2seq.data.tokenizers.tokenizer import TranslationTokenizer
 from seq2seq.formats.checkpoint import KEY, resume_state, seq2seq_entry
 from seq2seq.inference.evaluation import score
@@ -117,9 +116,8 @@ class TranslationModule(pl.LightningModule):
         # shape; else each layer in place, for any shape (the parameters keep their names).
         self.captured: CapturedStep | None = None
         if compile and data.static_shapes:
-            rungs = StaticShapes.of_config(data).rungs
             cache = cache_root(data)  # compiled graphs persist beside the data caches
-            self.captured = CapturedStep(self.model, optim.label_smoothing, len(rungs), cache_root=cache)
+            self.captured = CapturedStep(self.model, optim.label_smoothing, cache_root=cache)
         elif compile:
             self.model.compile()
         self.tokenizer = tokenizer
