@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import signal
 from functools import partial
-from pathlib import Path
 
 import datasets
 import numpy as np
@@ -43,7 +42,6 @@ class TranslationDataModule(pl.LightningDataModule):
         super().__init__()
         self.cfg = cfg
         self.seed = seed  # shuffles training batches; the split has its own cfg.split_seed
-        self.cache_dir: Path = corpus.cache_root(cfg)
         # a checkpoint's (for init_from), data.tokenizer_file's (read now: a bad file fails before the
         # corpus is read), or None: learnt in setup
         self.given_tokenizer = tokenizer if tokenizer is not None else read_given(cfg)
