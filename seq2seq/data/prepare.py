@@ -64,17 +64,17 @@ def prepare(cfg: DataConfig, tokenizer: TranslationTokenizer | None) -> Prepared
 
 
 def _in_memory(cfg: DataConfig, tokenizer: TranslationTokenizer | None) -> PreparedData:
+    """The corpus split (memory-mapped text), the tokenizer, and the ids of every split, each a cache."""
     raw, corpus_stats = corpus.load_splits(cfg)
     caches = corpus.caches(cfg)
     if tokenizer is None:
         train = raw["train"]
-        name = "tokenizer-" + digest(
+        tokenizer_key = "tokenizer-" + digest(
             f"{config_key(cfg.vocab_size, cfg.shared_vocab)}|"
             f"{min(len(train), cfg.tokenizer_max_pairs)}|{train._fingerprint}"
         )
         learn = partial(_train_tokenizer, train, cfg.tokenizer_max_pairs, cfg.vocab_size, cfg.shared_vocab)
-        tokenizer_key = name
-        tokenizer = TranslationTokenizer.load(caches.built(name, learn, "tokenizer"))
+        tokenizer = TranslationTokenizer.load(caches.built(tokenizer_key, learn, "tokenizer"))
     else:
         tokenizer_key = f"given-{digest(json.dumps(tokenizer.to_dict(), sort_keys=True))}"
     texts = "|".join(split._fingerprint for split in raw.values())  # a given dev file's among them
