@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from seq2seq.config import DataConfig
+from seq2seq.data.corpus import cache_root
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.data.tokenizers.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
@@ -63,13 +64,13 @@ def test_eval_loaders_cover_their_split(datamodule: TranslationDataModule) -> No
 def test_second_setup_builds_nothing(
     datamodule: TranslationDataModule, tiny_data_cfg: DataConfig, caplog: pytest.LogCaptureFixture
 ) -> None:
-    before = {path: path.stat().st_mtime_ns for path in datamodule.cache_dir.rglob("*")}
+    before = {path: path.stat().st_mtime_ns for path in cache_root(tiny_data_cfg).rglob("*")}
     again = TranslationDataModule(tiny_data_cfg, seed=0)
     with caplog.at_level(logging.INFO, logger="seq2seq.data"):
         again.prepare_data()
         again.setup("fit")
     assert not [r for r in caplog.records if "building" in r.getMessage()]
-    assert {path: path.stat().st_mtime_ns for path in again.cache_dir.rglob("*")} == before
+    assert {path: path.stat().st_mtime_ns for path in cache_root(tiny_data_cfg).rglob("*")} == before
     assert again.tokenizer.to_dict() == datamodule.tokenizer.to_dict()
     assert again.splits["train"]["src_ids"][:] == datamodule.splits["train"]["src_ids"][:]
 
@@ -81,21 +82,21 @@ def test_a_copied_corpus_reuses_every_cache(
     copy = tmp_path / "scratch" / "pairs.tsv"
     copy.parent.mkdir()
     shutil.copy(tiny_data_cfg.path, copy)
-    before = sorted(path.name for path in datamodule.cache_dir.iterdir())
+    before = sorted(path.name for path in cache_root(tiny_data_cfg).iterdir())
     moved = TranslationDataModule(replace(tiny_data_cfg, path=str(copy)))
     moved.setup("fit")
-    assert sorted(path.name for path in moved.cache_dir.iterdir()) == before
+    assert sorted(path.name for path in cache_root(tiny_data_cfg).iterdir()) == before
     edited = tmp_path / "scratch" / "edited.tsv"
     edited.write_text(copy.read_text() + "One more.\tUna más.\n")
     TranslationDataModule(replace(tiny_data_cfg, path=str(edited))).setup("fit")
-    assert len(list(datamodule.cache_dir.glob("corpus-*"))) == 2
+    assert len(list(cache_root(tiny_data_cfg).glob("corpus-*"))) == 2
 
 
 def test_tokenizer_cache_follows_config(datamodule: TranslationDataModule, tiny_data_cfg: DataConfig) -> None:
     separate = TranslationDataModule(replace(tiny_data_cfg, shared_vocab=False, vocab_size=280))
     separate.setup("fit")
     assert not separate.tokenizer.shared and separate.tokenizer.tgt_vocab_size == 280
-    assert len(list(datamodule.cache_dir.glob("tokenizer-*"))) == 2
+    assert len(list(cache_root(tiny_data_cfg).glob("tokenizer-*"))) == 2
 
 
 def test_a_large_train_split_trains_the_tokenizer_on_a_spread_sample(
@@ -106,7 +107,7 @@ def test_a_large_train_split_trains_the_tokenizer_on_a_spread_sample(
         sampled.setup("fit")
     assert "training a 300-token BPE tokenizer on 50 pairs" in caplog.text
     assert sampled.tokenizer.to_dict() != datamodule.tokenizer.to_dict()
-    assert len(list(datamodule.cache_dir.glob("tokenizer-*"))) == 2
+    assert len(list(cache_root(tiny_data_cfg).glob("tokenizer-*"))) == 2
 
 
 def test_references_are_grouped(datamodule: TranslationDataModule) -> None:

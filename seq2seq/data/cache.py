@@ -23,6 +23,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from seq2seq.config import DataError
@@ -174,3 +175,18 @@ def build_once(target: Path, build: Callable[[Path], None], what: str, timeout: 
         hand_back_free_heap()  # a build's tables (the BPE trainer's words, a split's arrays) are done with
         log.info("built the %s in %.1fs", what, time.perf_counter() - start)
         return True
+
+
+@dataclass(frozen=True)
+class Caches:
+    """Where the data stage's caches live (``data.cache_dir``, absolute) and how long a process waits
+    for another one building one (``data.lock_timeout_s``): all a builder needs of the config to cache."""
+
+    root: Path
+    lock_timeout_s: float
+
+    def built(self, name: str, build: Callable[[Path], None], what: str) -> Path:
+        """The cache ``root / name``, built by :func:`build_once` if missing."""
+        target = self.root / name
+        build_once(target, build, what, self.lock_timeout_s)
+        return target

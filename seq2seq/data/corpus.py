@@ -27,7 +27,7 @@ import pyarrow as pa
 from datasets.table import MemoryMappedTable
 
 from seq2seq.config import DataConfig, DataError
-from seq2seq.data.cache import build_once, digest
+from seq2seq.data.cache import Caches, digest
 from seq2seq.data.readers import malformed
 from seq2seq.data.readers.registry import FORMATS, clean_pairs
 from seq2seq.data.readers.sources import Source, locate
@@ -45,12 +45,12 @@ _DIGESTS_DIR = "digests"  # each corpus file's digest, kept while the file is un
 log = logging.getLogger("seq2seq.data")
 
 
-def _cache_name(source: Source, cfg: DataConfig) -> str:
+def _cache_name(source: Source, cfg: DataConfig, caches: Caches) -> str:
     options = {name: getattr(cfg, name) for name in FORMATS[source.format].options}
     key = [
         _FORMAT_VERSION,
         source.format,
-        source.digests(cache_root(cfg) / _DIGESTS_DIR),
+        source.digests(caches.root / _DIGESTS_DIR),
         list(cfg.columns),
         cfg.direction,
         options,
@@ -84,11 +84,9 @@ def _build(source: Source, cfg: DataConfig, directory: Path) -> None:
 
 def corpus_cache(cfg: DataConfig) -> Path:
     """The corpus cache of a local ``data.path``, built if missing; ``pairs_file`` names its pairs."""
-    source = locate(cfg)
-    target = cache_root(cfg) / _cache_name(source, cfg)
+    source, stored = locate(cfg), caches(cfg)
     what = f"corpus cache of {', '.join(map(str, source.files))}"
-    build_once(target, partial(_build, source, cfg), what, cfg.lock_timeout_s)
-    return target
+    return stored.built(_cache_name(source, cfg, stored), partial(_build, source, cfg), what)
 
 
 def pairs_file(cache: Path) -> Path:
@@ -113,6 +111,11 @@ def _load_local(cfg: DataConfig) -> tuple[datasets.Dataset, dict]:
 def cache_root(cfg: DataConfig) -> Path:
     """``data.cache_dir`` as an absolute path: every cache of the data stage lives under it."""
     return Path(cfg.cache_dir).expanduser().resolve()
+
+
+def caches(cfg: DataConfig) -> Caches:
+    """What the builders of the data stage's caches read of ``cfg``: the folder and the lock timeout."""
+    return Caches(cache_root(cfg), cfg.lock_timeout_s)
 
 
 def _hub_pairs(batch: dict, field: str | None, src_lang: str, tgt_lang: str) -> dict[str, list[str]]:
@@ -267,18 +270,20 @@ def held_out_split(cfg: DataConfig, name: str) -> datasets.Dataset:
 
 def _save_split(
     dataset: datasets.Dataset,
-    cfg: DataConfig,
     carve: dict[str, int],
     given: dict[str, datasets.Dataset],
+    seed: int,
+    drop_overlap: bool,
     directory: Path,
 ) -> None:
     """The index arrays of the three splits (a given set's are empty: it is not in ``dataset``), the
-    carved sizes, and how many training pairs share their source with each given set."""
-    hashes = _source_hashes(dataset, cfg.split_seed)
+    carved sizes, and how many training pairs share their source with each given set (dropped with
+    ``drop_overlap``)."""
+    hashes = _source_hashes(dataset, seed)
     indices = _carve(hashes, carve["valid"], carve["test"])
     train = hashes[indices["train"]]
-    overlap = {name: np.isin(train, _source_hashes(given[name], cfg.split_seed)) for name in given}
-    if cfg.drop_train_overlap and overlap:
+    overlap = {name: np.isin(train, _source_hashes(given[name], seed)) for name in given}
+    if drop_overlap and overlap:
         indices["train"] = indices["train"][~np.logical_or.reduce(list(overlap.values()))]
         if not len(indices["train"]):
             raise DataError("every training pair's source is in data.valid_path or data.test_path")
@@ -299,13 +304,13 @@ def report_carved(asked: dict[str, int], carved: dict[str, int]) -> None:
         )  # fmt: skip
 
 
-def _report_split(cfg: DataConfig, carve: dict[str, int], facts: dict) -> None:
-    """:func:`report_carved`, and one line on the training pairs that given sets overlap."""
+def _report_split(carve: dict[str, int], facts: dict, given: bool, drop_overlap: bool) -> None:
+    """:func:`report_carved`, and one line on the training pairs that ``given`` sets overlap."""
     report_carved(carve, facts["carved"])
     overlap = facts["overlap"]
-    if cfg.valid_path is None and cfg.test_path is None:
+    if not given:
         return
-    action = "dropped" if cfg.drop_train_overlap else "kept (data.drop_train_overlap=true drops them)"
+    action = "dropped" if drop_overlap else "kept (data.drop_train_overlap=true drops them)"
     log.info(
         "%d of %d training pairs share their source sentence with data.valid_path, %d with "
         "data.test_path: %s",
@@ -331,12 +336,12 @@ def load_splits(cfg: DataConfig) -> tuple[datasets.DatasetDict, dict[str, int]]:
     dropped = {name: given[name]._fingerprint for name in given} if cfg.drop_train_overlap else {}
     train_key = json.dumps([_SPLIT_VERSION, pairs._fingerprint, carve, cfg.split_seed, dropped])
     key = digest(json.dumps([train_key, {name: given[name]._fingerprint for name in given}]))
-    target = cache_root(cfg) / f"split-{key}"
-    save = partial(_save_split, pairs, cfg, carve, given)
-    build_once(target, save, "train/valid/test split", cfg.lock_timeout_s)
+    save = partial(_save_split, pairs, carve, given, cfg.split_seed, cfg.drop_train_overlap)
+    target = caches(cfg).built(f"split-{key}", save, "train/valid/test split")
     with np.load(target / _SPLIT_FILE) as saved:
         indices = {name: saved[name] for name in ("train", "valid", "test")}
-    _report_split(cfg, carve, json.loads((target / _SPLIT_FACTS).read_text()))
+    facts = json.loads((target / _SPLIT_FACTS).read_text())
+    _report_split(carve, facts, bool(given), cfg.drop_train_overlap)
     splits = _select(pairs, indices, digest(train_key))
     return datasets.DatasetDict({**splits, **given}), stats
 

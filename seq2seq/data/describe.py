@@ -49,15 +49,15 @@ def _percentiles(values: np.ndarray) -> list[float]:
     return [float(v) for v in np.percentile(values, PERCENTILES)]
 
 
-def _verdict(stats: dict, cfg: DataConfig) -> str | None:
+def _verdict(stats: dict, max_malformed_share: float) -> str | None:
     try:
-        malformed.check(stats, cfg.max_malformed_share)
+        malformed.check(stats, max_malformed_share)
     except DataError as err:
         return str(err)
     return None
 
 
-def _whole_corpus(table: pa.Table, cfg: DataConfig, report: Report) -> None:
+def _whole_corpus(table: pa.Table, langs: tuple[str, str], report: Report) -> None:
     """Counts over every pair. Distinct pairs and sources are counted by their 64-bit hashes (Python's,
     within this process), batch by batch, as a hash table of the strings themselves (Arrow's group_by)
     holds a copy of every distinct one. Lengths and equality are Arrow kernels."""
@@ -69,7 +69,7 @@ def _whole_corpus(table: pa.Table, cfg: DataConfig, report: Report) -> None:
     report.distinct_pairs = len(np.unique(np.concatenate(pair_hashes)))
     report.distinct_sources = len(np.unique(np.concatenate(source_hashes)))
     report.same_pairs = pc.sum(pc.equal(table.column("src"), table.column("tgt"))).as_py() or 0
-    for column, lang in (("src", cfg.source_lang), ("tgt", cfg.target_lang)):
+    for column, lang in zip(("src", "tgt"), langs, strict=True):
         report.lengths[f"{lang} chars"] = _percentiles(pc.utf8_length(table.column(column)).to_numpy())
 
 
@@ -100,8 +100,9 @@ def describe_corpus(cfg: DataConfig) -> Report:
     """Read the corpus as training would (building its cache) and measure it."""
     start = time.perf_counter()
     pairs, stats = corpus.read_corpus(cfg)
-    report = Report(stats, _verdict(stats, cfg), 0, 0, 0)
-    _whole_corpus(pairs.with_format("arrow")[:], cfg, report)  # as selected (a hub dataset is filtered)
+    report = Report(stats, _verdict(stats, cfg.max_malformed_share), 0, 0, 0)
+    langs = (cfg.source_lang, cfg.target_lang)
+    _whole_corpus(pairs.with_format("arrow")[:], langs, report)  # as selected (a hub dataset is filtered)
     _sampled_tokens(pairs, cfg, report)
     report.seconds = time.perf_counter() - start
     return report

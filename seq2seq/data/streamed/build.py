@@ -16,7 +16,7 @@ import logging
 import os
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from functools import partial
 from pathlib import Path
 
@@ -35,6 +35,7 @@ from seq2seq.data.streamed.shards import Store, id_lists, id_type, write_manifes
 from seq2seq.data.streamed.split import (
     SAMPLE_FILE,
     SPLIT_FILE,
+    SplitSettings,
     held_out_file,
     read_batches,
     text_shard,
@@ -82,13 +83,11 @@ def _texts(path: Path, column: str) -> Iterator[str]:
         yield from batch.column(column).to_pylist()
 
 
-def _train_tokenizer(split_dir: Path, cfg: DataConfig, directory: Path) -> None:
+def _train_tokenizer(split_dir: Path, vocab_size: int, shared: bool, directory: Path) -> None:
     """BPE learnt from the sample of the train split that the in-memory path learns from."""
     sample = split_dir / SAMPLE_FILE
-    log.info("training a %d-token BPE tokenizer on a sample of the train split", cfg.vocab_size)
-    tokenizer = TranslationTokenizer.train(
-        _texts(sample, "src"), _texts(sample, "tgt"), cfg.vocab_size, cfg.shared_vocab
-    )
+    log.info("training a %d-token BPE tokenizer on a sample of the train split", vocab_size)
+    tokenizer = TranslationTokenizer.train(_texts(sample, "src"), _texts(sample, "tgt"), vocab_size, shared)
     tokenizer.save(directory)
 
 
@@ -120,13 +119,17 @@ def _encode_shard(
 
 
 def _encode_shards(
-    shards: list[Path], split_dir: Path, tokenizer: TranslationTokenizer, block_rows: int, cfg: DataConfig
+    shards: list[Path],
+    split_dir: Path,
+    tokenizer: TranslationTokenizer,
+    block_rows: int,
+    split_seed: int,
+    timeout: float,
 ) -> None:
     """Encode every missing shard: first those no other process is encoding, then wait for the rest."""
-    timeout = cfg.lock_timeout_s
 
     def encode(i: int) -> None:
-        seed = (cfg.split_seed, i)
+        seed = (split_seed, i)
         build_shard = partial(_encode_shard, split_dir / text_shard(i), tokenizer, block_rows, seed)
         build_once(shards[i], build_shard, f"token ids of shard {i + 1} of {len(shards)}", timeout)
 
@@ -153,11 +156,10 @@ def _process() -> tuple[int, int]:
     return int(rank), max(1, int(size))
 
 
-def split_key(cfg: DataConfig, corpus_name: str) -> str:
+def split_key(settings: SplitSettings, corpus_name: str) -> str:
     """Everything that changes the streamed split: not the tokenizer, so evaluation finds it from the
     data config alone."""
-    split = [cfg.valid_size, cfg.test_size, cfg.split_seed, cfg.tokenizer_max_pairs, cfg.shard_pairs]
-    return json.dumps([_STORE_VERSION, corpus_name, split])
+    return json.dumps([_STORE_VERSION, corpus_name, list(astuple(settings))])
 
 
 def store_key(cfg: DataConfig, split_name: str, block_rows: int, given: TranslationTokenizer | None) -> str:
@@ -176,9 +178,12 @@ def streamed_split(cfg: DataConfig) -> tuple[Path, dict]:
     cache = corpus.corpus_cache(cfg)
     stats = corpus.cache_stats(cache)
     malformed.check(stats, cfg.max_malformed_share)
-    split_dir = corpus.cache_root(cfg) / f"stream-split-{digest(split_key(cfg, cache.name))}"
-    write = partial(write_split, corpus.pairs_file(cache), cfg)
-    build_once(split_dir, write, "streamed split", cfg.lock_timeout_s)
+    settings = SplitSettings(
+        cfg.valid_size, cfg.test_size, cfg.split_seed, cfg.tokenizer_max_pairs, cfg.shard_pairs
+    )
+    write = partial(write_split, corpus.pairs_file(cache), settings)
+    name = f"stream-split-{digest(split_key(settings, cache.name))}"
+    split_dir = corpus.caches(cfg).built(name, write, "streamed split")
     asked = {"valid": cfg.valid_size, "test": cfg.test_size}
     corpus.report_carved(asked, json.loads((split_dir / SPLIT_FILE).read_text())["carved"])
     return split_dir, stats
@@ -205,7 +210,8 @@ def build(
     timeout = cfg.lock_timeout_s
     tokenizer_dir = root / "tokenizer"
     if tokenizer is None:
-        build_once(tokenizer_dir, partial(_train_tokenizer, split_dir, cfg), "tokenizer", timeout)
+        learn = partial(_train_tokenizer, split_dir, cfg.vocab_size, cfg.shared_vocab)
+        build_once(tokenizer_dir, learn, "tokenizer", timeout)
         tokenizer = TranslationTokenizer.load(tokenizer_dir)
     held_out = partial(encoded.encode_splits, _held_out_texts(split_dir), tokenizer)
     build_once(root / "held-out", held_out, "token ids of the held-out splits", timeout)
@@ -213,7 +219,7 @@ def build(
         root / f"shard-{i:05d}"
         for i in range(len(json.loads((split_dir / SPLIT_FILE).read_text())["shards"]))
     ]
-    _encode_shards(shards, split_dir, tokenizer, block_rows, cfg)
+    _encode_shards(shards, split_dir, tokenizer, block_rows, cfg.split_seed, timeout)
     build_once(root / "manifest", partial(write_manifest, root, shards), "store manifest", timeout)
     return StreamedData(
         Store.open(root, root / "manifest"), tokenizer_dir, root / "held-out", split_dir, stats

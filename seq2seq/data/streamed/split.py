@@ -13,12 +13,12 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 
-from seq2seq.config import DataConfig
 from seq2seq.data.corpus import HELD_OUT_PARTS, held_out_sizes, source_hashes
 
 log = logging.getLogger("seq2seq.data")
@@ -26,6 +26,18 @@ log = logging.getLogger("seq2seq.data")
 SPLIT_FILE = "split.json"
 SAMPLE_FILE = "sample.arrow"
 _PROGRESS_EVERY = 1_000_000  # rows between progress lines of a pass
+
+
+@dataclass(frozen=True)
+class SplitSettings:
+    """What shapes the streamed split, in its cache key's order: ``data.valid_size``, ``data.test_size``,
+    ``data.split_seed``, ``data.tokenizer_max_pairs`` (the tokenizer's sample) and ``data.shard_pairs``."""
+
+    valid_size: int
+    test_size: int
+    seed: int
+    sample_pairs: int
+    shard_pairs: int
 
 
 def text_shard(index: int) -> str:
@@ -96,25 +108,25 @@ class _ShardWriter:
             self._writer = self._sink = None
 
 
-def write_split(pairs: Path, cfg: DataConfig, directory: Path) -> None:
+def write_split(pairs: Path, settings: SplitSettings, directory: Path) -> None:
     """Write the split of the corpus stream ``pairs`` into ``directory`` (see the module's docstring)."""
     # Enough of the lowest hashes to size the held-out sets as held_out_sizes does: fewer distinct
     # sources than this are all kept and counted; more leave both sizes as asked.
-    keep = HELD_OUT_PARTS * (max(cfg.valid_size, cfg.test_size) + 1)
-    lowest, counts, rows = _lowest_distinct(pairs, keep, cfg.split_seed)
-    valid_size, test_size = held_out_sizes(len(lowest), cfg.valid_size, cfg.test_size)
+    keep = HELD_OUT_PARTS * (max(settings.valid_size, settings.test_size) + 1)
+    lowest, counts, rows = _lowest_distinct(pairs, keep, settings.seed)
+    valid_size, test_size = held_out_sizes(len(lowest), settings.valid_size, settings.test_size)
     held = valid_size + test_size
     valid_end, test_end = lowest[valid_size], lowest[held]
     train_rows = rows - int(counts[:held].sum())
-    sample = _sample_rows(train_rows, cfg.tokenizer_max_pairs)
+    sample = _sample_rows(train_rows, settings.sample_pairs)
     schema = next(read_batches(pairs)).schema
-    shards = _ShardWriter(directory, schema, cfg.shard_pairs)
+    shards = _ShardWriter(directory, schema, settings.shard_pairs)
     sinks = {name: pa.OSFile(str(directory / held_out_file(name)), "wb") for name in ("valid", "test")}
     sinks["sample"] = pa.OSFile(str(directory / SAMPLE_FILE), "wb")
     writers = {name: pa.ipc.new_stream(sink, schema) for name, sink in sinks.items()}
     seen = 0  # train rows written so far
     for batch in read_batches(pairs):
-        hashes = source_hashes(batch.column("src").to_pylist(), cfg.split_seed)
+        hashes = source_hashes(batch.column("src").to_pylist(), settings.seed)
         train = hashes >= test_end
         writers["valid"].write_batch(batch.filter(pa.array(hashes < valid_end)))
         writers["test"].write_batch(batch.filter(pa.array((hashes >= valid_end) & ~train)))
