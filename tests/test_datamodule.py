@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import shutil
 from dataclasses import replace
@@ -152,7 +153,12 @@ def test_worker_loader_matches_in_process(tiny_data_cfg: DataConfig) -> None:
     in_process.setup("fit")
     workers = TranslationDataModule(replace(tiny_data_cfg, num_workers=1))
     workers.setup("fit")
+    gc.unfreeze()
+    in_process.train_dataloader()
+    assert gc.get_freeze_count() == 0  # no worker, nothing to keep shared
     loader = workers.train_dataloader()  # evaluation loads in process whatever num_workers says
+    assert gc.get_freeze_count() > 0  # the worker's fork shares what the collector leaves alone
+    gc.unfreeze()
     assert loader.persistent_workers
     for a, b in zip(in_process.train_dataloader(), loader, strict=True):
         assert all(torch.equal(x, y) if torch.is_tensor(x) else x == y for x, y in zip(a, b, strict=True))

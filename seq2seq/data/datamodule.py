@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import signal
 from functools import partial
 
@@ -106,6 +107,12 @@ class TranslationDataModule(pl.LightningDataModule):
         collate_fn = partial(truncating_collate, max_length=self.cfg.max_length) if truncate else collate
         if shapes is not None:
             collate_fn = partial(static_collate, collate=collate_fn, shapes=shapes)
+        if workers:
+            # A worker forks from this process and shares its pages until either side writes one;
+            # the cycle collector writes into each object it visits, and frozen objects it skips
+            # (the run's PSS 0.1 GiB lower on a 2-core Xeon: record loader-worker-freeze-xeon).
+            gc.collect()
+            gc.freeze()
         return DataLoader(
             self.streamed if streamed else self.splits[name].select_columns(["src_ids", "tgt_ids"]),
             batch_sampler=sampler,
