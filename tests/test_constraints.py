@@ -159,6 +159,18 @@ def test_translate_py_reads_constraints_after_the_prefix(run_cli, trained_ckpt: 
     code, out, err = run_cli("--ckpt", ckpt, "--greedy", "--tsv", "I like coffee.\t\tcafé")
     assert (code, out) == (2, [])
     assert len(err.strip().splitlines()) == 1 and "beam search" in err
+    code, out, err = run_cli(
+        "--ckpt", ckpt, "--beam", "3", "--constraints-in-order", "--tsv", "I like coffee.\t\tmucho\tcafé"
+    )
+    assert code == 0, err
+    assert 0 <= out[0].index("mucho") < out[0].index("café")
+    code, out, err = run_cli("--ckpt", ckpt, "--beam", "3", "--constraints-in-order", "I like coffee.")
+    assert (code, out) == (2, [])
+    assert len(err.strip().splitlines()) == 1 and "needs --tsv" in err
+    too_long = "I like coffee.\tMe\tcafé con leche y mucho más azúcar"  # the prefix's tokens count too
+    code, out, err = run_cli("--ckpt", ckpt, "--beam", "3", "--max-len", "4", "--tsv", too_long)
+    assert (code, out) == (2, [])
+    assert len(err.strip().splitlines()) == 1 and "constraints have" in err and "more than the 4" in err
 
 
 def test_the_server_takes_constraints(trained_ckpt: Path) -> None:
@@ -171,11 +183,22 @@ def test_the_server_takes_constraints(trained_ckpt: Path) -> None:
             assert all(phrase in result["text"] for phrase in phrases)
         one = client.post("/translate", json={"text": "I like coffee.", "constraints": ["café"], "beam": 3})
         assert one.status_code == 200 and "café" in one.json()["translations"][0]["text"]
+        body = {"text": SENTENCES, "constraints": ORDERED, "constraints_in_order": True, "beam": 3}
+        ordered = client.post("/translate", json=body)
+        assert ordered.status_code == 200, ordered.text
+        for phrases, result in zip(ORDERED, ordered.json()["translations"], strict=True):
+            places = [result["text"].find(phrase) for phrase in phrases]
+            assert -1 not in places and places == sorted(places), (phrases, result["text"])
         for bad, words in [
             ({"text": "Hi.", "constraints": ["café"], "beam": 1}, "beam search"),
             ({"text": "Hi.", "constraints": [["café"]], "beam": 3}, "list of phrases"),
             ({"text": ["Hi.", "Ok."], "constraints": [["café"]], "beam": 3}, "list of phrases"),
             ({"text": "Hi.", "constraints": [""], "beam": 3}, "empty"),
+            ({"text": "Hi.", "constraints": ["café"], "constraints_in_order": "yes"}, "boolean"),
+            (
+                {"text": "Hi.", "constraints": ["café con leche y mucho más"], "max_len": 3, "beam": 3},
+                "than the 3",
+            ),
         ]:
             refused = client.post("/translate", json=bad)
             assert refused.status_code == 422, refused.text

@@ -137,6 +137,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="input lines are source<TAB>prefix[<TAB>phrase...]: the start each translation continues (may "
         "be empty), then phrases it must contain (with --beam); without it a TAB is part of the text",
     )
+    parser.add_argument(
+        "--constraints-in-order",
+        action="store_true",
+        help="with --tsv: each translation holds its phrases in the order given",
+    )
     add_compute_arguments(
         parser,
         "compute dtype (default: auto, chosen from the hardware like trainer.precision=auto; int8: int8 "
@@ -202,6 +207,8 @@ def _check(args: argparse.Namespace) -> None:
         raise UsageError("--capture needs --ckpt: an exported model decodes in its own engine")
     if args.metrics_out and not args.eval:
         raise UsageError("--metrics-out needs --eval")
+    if args.constraints_in_order and not args.tsv:
+        raise UsageError("--constraints-in-order needs --tsv: the phrases come in its columns")
     check_shortlist_argument(args)
 
 
@@ -339,15 +346,17 @@ def _translate_lines(
     out: TextIO,
     progress: bool = False,
     tsv: bool = False,
+    in_order: bool = False,
 ) -> None:
     """Each line's translation. With ``tsv``, tab-separated columns after the source: the start its
-    translation continues, then phrases it must contain; else a TAB is part of the text."""
+    translation continues, then phrases it must contain (in that order with ``in_order``); else a TAB
+    is part of the text."""
     if tsv:
         columns = (line.rstrip("\r\n").split("\t") for line in lines)
         sources, prefixes, phrases = itertools.tee(columns, 3)  # consumed in step
         results = translator.translate(
             (c[0] for c in sources), prefixes=(c[1] if len(c) > 1 else "" for c in prefixes),
-            constraints=(c[2:] for c in phrases),
+            constraints=(c[2:] for c in phrases), constraints_in_order=in_order,
         )  # fmt: skip
     else:
         results = translator.translate(lines)
@@ -371,7 +380,9 @@ def _interactive(translator: TranslatorBase, args: argparse.Namespace, out: Text
             line = input(prompt)
         except EOFError:
             return
-        _translate_lines(translator, [line], args.nbest is not None, out, tsv=args.tsv)
+        _translate_lines(
+            translator, [line], args.nbest is not None, out, tsv=args.tsv, in_order=args.constraints_in_order
+        )
         if line.strip() and args.show_attention:
             _show_attention(translator, line, args, out)
 
@@ -443,7 +454,13 @@ def _run(args: argparse.Namespace) -> int:
     with _output(args.output) as out:
         progress = not args.sentences and _stdin_is_file()  # a pipe or a terminal gets no bar
         _translate_lines(
-            translator, args.sentences or sys.stdin, args.nbest is not None, out, progress, args.tsv
+            translator,
+            args.sentences or sys.stdin,
+            args.nbest is not None,
+            out,
+            progress,
+            args.tsv,
+            args.constraints_in_order,
         )
         for sentence in args.sentences if (args.show_attention or args.attention_png) else []:
             _show_attention(translator, sentence, args, out)
