@@ -3,11 +3,14 @@ bench/decode/dtypes.py gives every ratio a target, whichever decoder comes first
 bench/decode/peer.py refuses to run without a checkpoint; bench/decode/constraints.py puts every
 glossary term in every constrained output."""
 
+import json
 import subprocess
 from pathlib import Path
 
 from compose import ROOT
 from in_process import python
+
+from bench.lib import measure
 
 
 def run_bench(script: str, *args: str) -> subprocess.CompletedProcess:
@@ -70,8 +73,21 @@ def test_a_peer_without_a_checkpoint_is_refused_with_the_reason() -> None:
     assert "the following arguments are required: --ckpt" in result.stderr
 
 
-def test_constraints_put_every_term_in_every_output_and_print_their_ratios(trained_ckpt: Path) -> None:
-    result = run_bench("bench.decode.constraints", "--ckpt", str(trained_ckpt), "--limit", "8", "--reps", "1")
+def test_constraints_put_every_term_in_every_output_and_print_their_ratios(
+    trained_ckpt: Path, tmp_path: Path, monkeypatch
+) -> None:
+    monkeypatch.setattr(measure, "RECORDS", tmp_path)
+    result = run_bench(
+        "bench.decode.constraints",
+        "--ckpt",
+        str(trained_ckpt),
+        "--limit",
+        "8",
+        "--reps",
+        "1",
+        "--record",
+        "x",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     lines = result.stdout.splitlines()
     ratios = {words[1]: (float(words[2]), words[4]) for words in map(str.split, lines) if words[0] == "RATIO"}
@@ -80,3 +96,6 @@ def test_constraints_put_every_term_in_every_output_and_print_their_ratios(train
     assert ratios["constrained_vs_plain_speed"][0] > 0
     assert any(line.startswith("8 test sentences, beam ") for line in lines)
     assert sum(" BLEU " in line for line in lines) == 2  # plain and constrained
+    record = json.loads((tmp_path / "x.json").read_text())
+    assert [row[0] for row in record["rows"]] == ["plain", "constrained"] and record["rows"][1][2] == "100.0%"
+    assert record["ratios"]["constrained_terms_present"] == 1.0

@@ -6,7 +6,9 @@ The glossary holds one term per test sentence: the longest word of its reference
 blank. Both searches decode the same sentences with the checkpoint's beam settings (``--beam``) in
 float32, repetitions interleaved, medians of ``--reps``.
 
-    python -m bench.decode.constraints --ckpt runs/<date>/checkpoints/best.ckpt [--limit 500]
+    python -m bench.decode.constraints --ckpt runs/<date>/checkpoints/best.ckpt [--limit 500] [--record NAME]
+
+``--record NAME`` writes the table and the ratios to docs/records/NAME.json.
 """
 
 from __future__ import annotations
@@ -16,7 +18,17 @@ import statistics
 import time
 from pathlib import Path
 
-from bench.lib.measure import bench_parser, held_out_test, ratio_line, target_for, targets
+from bench.lib.measure import (
+    RECORDS,
+    bench_parser,
+    held_out_test,
+    machine,
+    ratio_line,
+    table_record,
+    target_for,
+    targets,
+    write_record,
+)
 from seq2seq.data.tokenizers.tokenizer import UNK_ID
 from seq2seq.inference.backends import open_model
 from seq2seq.inference.evaluation import score
@@ -53,8 +65,11 @@ def decode(
     return outputs, time.perf_counter() - start
 
 
-def bench_constraints(ckpt: Path, beam: int | None, limit: int | None, reps: int, min_chars: int) -> dict:
-    """The ratios, after printing each search's seconds, BLEU and share of terms present."""
+def bench_constraints(
+    ckpt: Path, beam: int | None, limit: int | None, reps: int, min_chars: int
+) -> tuple[list[list[str]], str, dict[str, float]]:
+    """Each search's row (seconds, share of terms present, BLEU), printed, what was decoded, and the
+    ratios."""
     translator = open_model(ckpt, device="cpu", dtype="float32").translator
     translator.decode_cfg = translator.decode_cfg_with(beam=max(beam or translator.decode_cfg.beam_size, 2))
     entries = glossary(*held_out_test(ckpt), min_chars)
@@ -67,20 +82,26 @@ def bench_constraints(ckpt: Path, beam: int | None, limit: int | None, reps: int
         for name, wanted in (("plain", None), ("constrained", terms)):
             outputs[name], taken = decode(translator, sources, wanted)
             seconds[name].append(taken)
-    figures = {}
+    figures, rows = {}, []
     for name, texts in outputs.items():
         present = sum(term in text for term, text in zip(terms, texts, strict=True)) / len(terms)
         bleu = score(texts, [list(refs) for refs in references])["bleu"]
         median = statistics.median(seconds[name])
         figures[name] = (median, present, bleu)
+        rows.append([name, f"{median:.2f}", f"{present:.1%}", f"{bleu:.2f}"])
         print(f"{name:12} {median:.2f} s  terms present {present:.1%}  BLEU {bleu:.2f}")
-    print(f"{len(terms)} test sentences, beam {translator.decode_cfg.beam_size}, one term each, float32")
+    decoded = f"{len(terms)} test sentences, beam {translator.decode_cfg.beam_size}, one term each, float32"
+    print(decoded)
     (plain_s, _, plain_bleu), (constrained_s, present, bleu) = figures["plain"], figures["constrained"]
-    return {
-        "constrained_vs_plain_speed": plain_s / constrained_s,
-        "constrained_terms_present": present,
-        "constrained_bleu_gain": bleu - plain_bleu,
-    }
+    return (
+        rows,
+        decoded,
+        {
+            "constrained_vs_plain_speed": plain_s / constrained_s,
+            "constrained_terms_present": present,
+            "constrained_bleu_gain": bleu - plain_bleu,
+        },
+    )
 
 
 def main() -> None:
@@ -92,11 +113,20 @@ def main() -> None:
     parser.add_argument("--limit", type=int, help="the first N glossary sentences (default: all)")
     parser.add_argument("--reps", type=int, default=3, help="timed repetitions of each search")
     parser.add_argument("--min-chars", type=int, default=4, help="the shortest word a term may be")
+    parser.add_argument("--record", metavar="NAME", help="write docs/records/NAME.json")
     args = parser.parse_args()
-    print(describe())
+    hardware = describe()
+    print(hardware)
     goals = targets(args)
-    for name, value in bench_constraints(args.ckpt, args.beam, args.limit, args.reps, args.min_chars).items():
+    rows, decoded, ratios = bench_constraints(args.ckpt, args.beam, args.limit, args.reps, args.min_chars)
+    for name, value in ratios.items():
         print(ratio_line(name, value, target_for(name, goals), digits=3))
+    if args.record:
+        notes = f"python -m bench.decode.constraints on {args.ckpt.name}: {decoded}; {hardware}"
+        header = ["search", "seconds", "terms present", "BLEU"]
+        path = RECORDS / f"{args.record}.json"
+        write_record(path, table_record(args.record, machine(), notes, header, rows, ratios))
+        print(f"record: {path}")
 
 
 if __name__ == "__main__":

@@ -58,9 +58,9 @@ class _Candidates:
     scores: Tensor  # cumulative log-probabilities; -inf for no candidate
     tokens: Tensor
     beams: Tensor  # the beam (0..L-1) of its sentence each extends
-    done: Tensor  # (n, C, P) the progress each would have
-    current: Tensor
-    position: Tensor
+    done: Tensor  # (n, C, P) phrases met once it is emitted
+    current: Tensor  # the phrase then in progress, -1 for none
+    position: Tensor  # its tokens met
     met: Tensor  # constraint tokens met: its bank
     eos: Tensor  # it ends its hypothesis
 
@@ -92,8 +92,7 @@ def _extend(state: _State, logprobs: Tensor, k: int, eos: int, ordered: bool) ->
     startable = ~state.done  # (N, P)
     if ordered:
         startable &= slots == startable.int().argmax(1, keepdim=True)  # the first phrase not met
-    firsts = phrases[:, :, 0]  # (N, P)
-    wanted = torch.where(in_phrase[:, None], torch.where(slots == 0, following, NO_TOKEN), firsts)
+    wanted = torch.where(in_phrase[:, None], torch.where(slots == 0, following, NO_TOKEN), phrases[:, :, 0])
     wanted = wanted.masked_fill(~in_phrase[:, None] & ~startable, NO_TOKEN)  # (N, P)
     top = logprobs.topk(min(k, logprobs.size(1)), dim=1).indices  # (N, K)
     top = top.masked_fill((top == eos) & ~complete[:, None], NO_TOKEN)
@@ -102,21 +101,30 @@ def _extend(state: _State, logprobs: Tensor, k: int, eos: int, ordered: bool) ->
     tokens[:, 1:] = tokens[:, 1:].masked_fill(tokens[:, 1:] == tokens[:, :-1], NO_TOKEN)  # each once
     scores = state.beams.scores.view(-1, 1) + logprobs.gather(1, tokens.clamp(min=0))  # (N, W)
     scores = scores.masked_fill(tokens == NO_TOKEN, float("-inf"))
+    progress = _progress(state, tokens, phrases[:, :, 0], lengths, startable, following)
+    width = tokens.size(1)
+    beam = torch.arange(live, device=logprobs.device).repeat_interleave(width).expand(n, -1)  # (n, L·W)
+    flat = [x.reshape(n, live * width, *x.shape[2:]) for x in (scores, tokens, *progress)]
+    return _Candidates(flat[0], flat[1], beam, *flat[2:], flat[1] == eos)
 
-    advances = in_phrase[:, None] & (tokens == following)  # (N, W): the phrase in progress goes on
+
+def _progress(
+    state: _State, tokens: Tensor, firsts: Tensor, lengths: Tensor, startable: Tensor, following: Tensor
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Each beam's progress once it emits each of ``tokens`` (N, W): phrases met (N, W, P), the one
+    in progress and its position, and the constraint tokens met, (N, W) each. ``firsts``, ``lengths``,
+    ``startable``: (N, P); ``following``: (N, 1), the next token of the phrase in progress."""
+    slots = torch.arange(firsts.size(1), device=tokens.device)  # (P,)
+    advances = (state.current[:, None] >= 0) & (tokens == following)  # (N, W): the phrase in progress goes on
     starting = startable[:, None, :] & (firsts[:, None, :] == tokens[:, :, None])  # (N, W, P)
     moved = advances | starting.any(2)  # else a phrase in progress breaks off
     phrase = torch.where(advances, state.current[:, None], starting.int().argmax(2))  # (N, W): the first
     position = torch.where(advances, state.position[:, None] + 1, 1).masked_fill(~moved, 0)
     finished = moved & (position == lengths.gather(1, phrase))  # (N, W): a phrase met
     done = state.done[:, None, :] | (finished[:, :, None] & (slots == phrase[:, :, None]))  # (N, W, P)
-    current = phrase.masked_fill(~moved | finished, -1)
     position = position.masked_fill(finished, 0)
     met = (done * lengths[:, None, :]).sum(2) + position  # (N, W)
-    width = tokens.size(1)
-    beam = torch.arange(live, device=logprobs.device).repeat_interleave(width).expand(n, -1)  # (n, L·W)
-    flat = [x.reshape(n, live * width, *x.shape[2:]) for x in (scores, tokens, done, current, position, met)]
-    return _Candidates(flat[0], flat[1], beam, *flat[2:], flat[1] == eos)
+    return done, phrase.masked_fill(~moved | finished, -1), position, met
 
 
 def _allocate(cand: _Candidates, usable: Tensor, k: int) -> Tensor:
