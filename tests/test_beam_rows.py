@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import torch
 
-from seq2seq.decoding.beam import _rows_in_place
+from seq2seq.decoding.beam import rows_in_place
 from seq2seq.model.layers import Moves
 
 
 def test_each_parent_keeps_its_first_child_and_the_other_children_fill_childless_rows() -> None:
     parents = torch.tensor([[0, 0, 1, 3, 3], [4, 3, 2, 1, 0], [2, 2, 2, 2, 2]])  # (n, K): parents
-    beam_of_row = _rows_in_place(parents)
+    beam_of_row = rows_in_place(parents)
     assert beam_of_row.tolist() == [
         [0, 2, 1, 3, 4],  # rows 0, 1, 3 keep a child; beam 1 takes row 2, beam 4 row 4 (childless)
         [4, 3, 2, 1, 0],  # every beam has its own parent: nothing moves

@@ -1,12 +1,16 @@
 """bench/decode/models.py: two trained checkpoints decoded end to end, timed and scored side by side;
 bench/decode/dtypes.py gives every ratio a target, whichever decoder comes first;
-bench/decode/peer.py refuses to run without a checkpoint."""
+bench/decode/peer.py refuses to run without a checkpoint; bench/decode/constraints.py puts every
+glossary term in every constrained output."""
 
+import json
 import subprocess
 from pathlib import Path
 
 from compose import ROOT
 from in_process import python
+
+from bench.lib import measure
 
 
 def run_bench(script: str, *args: str) -> subprocess.CompletedProcess:
@@ -67,3 +71,31 @@ def test_a_peer_without_a_checkpoint_is_refused_with_the_reason() -> None:
     result = run_bench("bench.decode.peer", "--peer", str(ROOT))
     assert result.returncode == 2
     assert "the following arguments are required: --ckpt" in result.stderr
+
+
+def test_constraints_put_every_term_in_every_output_and_print_their_ratios(
+    trained_ckpt: Path, tmp_path: Path, monkeypatch
+) -> None:
+    monkeypatch.setattr(measure, "RECORDS", tmp_path)
+    result = run_bench(
+        "bench.decode.constraints",
+        "--ckpt",
+        str(trained_ckpt),
+        "--limit",
+        "8",
+        "--reps",
+        "1",
+        "--record",
+        "x",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.splitlines()
+    ratios = {words[1]: (float(words[2]), words[4]) for words in map(str.split, lines) if words[0] == "RATIO"}
+    assert set(ratios) == {"constrained_vs_plain_speed", "constrained_terms_present", "constrained_bleu_gain"}
+    assert ratios["constrained_terms_present"] == (1.0, "1.0")
+    assert ratios["constrained_vs_plain_speed"][0] > 0
+    assert any(line.startswith("8 test sentences, beam ") for line in lines)
+    assert sum(" BLEU " in line for line in lines) == 2  # plain and constrained
+    record = json.loads((tmp_path / "x.json").read_text())
+    assert [row[0] for row in record["rows"]] == ["plain", "constrained"] and record["rows"][1][2] == "100.0%"
+    assert record["ratios"]["constrained_terms_present"] == 1.0

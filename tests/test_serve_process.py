@@ -289,3 +289,30 @@ def test_the_page_translates_and_draws_the_attention_in_chromium(page_server, tr
         finally:
             browser.close()
     assert (tmp_path / "page.png").stat().st_size > 10_000
+
+
+def test_the_page_continues_a_prefix_with_phrases_in_order_in_chromium(page_server, translator) -> None:
+    sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("no chromium on PATH (Debian: apt-get install chromium)")
+    sentence, prefix, phrases = "I like coffee.", "Me", ["mucho", "café"]
+    page_defaults = translator.decode_cfg_with(beam=4, nbest=3)
+    best = next(iter(translator.translate([sentence], page_defaults, [prefix], [phrases], True)))
+    assert best[0].text.startswith(prefix) and best[0].text.index("mucho") < best[0].text.index("café")
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page()
+            page.goto(page_server.url)
+            page.fill("#source", sentence)
+            page.fill("#prefix", prefix)
+            page.fill("#constraints", "\n".join(phrases) + "\n\n")  # blank lines are no phrase
+            page.check("#in-order")
+            page.click("#translate")
+            page.wait_for_selector("#result:not([hidden])", timeout=60_000)
+            assert page.text_content("#translation") == best[0].text
+            assert page.locator("#nbest-list tbody tr").count() == len(best)
+            assert page.is_hidden("#attention")  # /attention's search knows no constraints
+        finally:
+            browser.close()

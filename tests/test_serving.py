@@ -221,10 +221,12 @@ def test_a_cancelled_request_is_dropped_from_the_batches_not_yet_decoded(checkpo
     calls: list[list[str]] = []
     translate = small.translate
 
-    def first_batch_then_cancel(batch: list[str], decode_cfg, prefixes=None, constraints=None):
+    def first_batch_then_cancel(
+        batch: list[str], decode_cfg, prefixes=None, constraints=None, in_order=False
+    ):
         calls.append(batch)
         abandoned.cancel()  # as the event loop does when the client goes away
-        return translate(batch, decode_cfg, prefixes, constraints)
+        return translate(batch, decode_cfg, prefixes, constraints, in_order)
 
     small.translate = first_batch_then_cancel
     release, stuck = threading.Event(), threading.Event()

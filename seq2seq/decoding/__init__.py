@@ -26,6 +26,7 @@ def generate(
     candidates: Tensor | None = None,
     prefixes: list[list[int]] | None = None,
     constraints: list[list[list[int]]] | None = None,
+    constraints_in_order: bool = False,
     decoders: Decoders | None = None,
 ) -> list[list[Hypothesis]]:
     """Translate a batch: greedy when ``cfg.beam_size == 1``, else beam search (constrained when any
@@ -36,9 +37,9 @@ def generate(
     hypotheses, best first, prefix included. The models should be in eval mode. ``candidates`` (C,),
     sorted vocabulary ids that include the special ones, restricts the output to those types (a
     shortlist; prefix and constraint types join it). ``prefixes``: B lists of target ids each output
-    starts with; ``constraints``: B lists of target phrases each output must contain (beam search).
-    ``decoders``: the caller's captured decoders, for ``cfg.capture`` (see
-    :func:`~seq2seq.decoding.scorers.start_steps`).
+    starts with; ``constraints``: B lists of target phrases each output must contain (beam search),
+    in the order given when ``constraints_in_order``. ``decoders``: the caller's captured decoders,
+    for ``cfg.capture`` (see :func:`~seq2seq.decoding.scorers.start_steps`).
     """
     constrained = constraints is not None and any(constraints)
     if constrained and (cfg.beam_size == 1 or cfg.sampling):
@@ -54,7 +55,7 @@ def generate(
             ids = candidates.tolist()
             position = {i: p for p, i in enumerate(ids)}
             constraints = [[[position[t] for t in phrase] for phrase in phrases] for phrases in constraints]
-        return constrained_search(model, src, cfg, constraints, candidates, forced)
+        return constrained_search(model, src, cfg, constraints, candidates, forced, constraints_in_order)
     if cfg.beam_size == 1:
         return greedy_search(model, src, cfg, candidates=candidates, prefixes=forced, decoders=decoders)
     return beam_search(model, src, cfg, candidates, forced, decoders)

@@ -8,7 +8,7 @@ and the cache. A sentence is done when no live beam can still enter its n-best, 
 limit. (Stopping once K hypotheses have finished, fairseq's shortcut, returns poor early
 finishers of a confident model while its best beam is still mid-sentence.)
 
-A new beam that is its parent's first child takes the parent's row (:func:`_rows_in_place`), so a
+A new beam that is its parent's first child takes the parent's row (:func:`rows_in_place`), so a
 step copies only the cache rows of the beams that branched; a sentence's beams are therefore in no
 particular order, and nothing reads them in order.
 """
@@ -36,7 +36,7 @@ class _Candidates(NamedTuple):
 
 
 @dataclass
-class _Beams:
+class Beams:
     """Live beams of the sentences still being searched; beam rows are sentence-major.
 
     L, the live beams per sentence, is 1 before the first step and K after it.
@@ -50,11 +50,11 @@ class _Beams:
     threshold: Tensor  # (n,) score a hypothesis needs to enter the n-best; -inf until nbest finished
     last_penalty: Tensor  # (n,) the length penalty at the length limit, the largest a sentence can reach
 
-    def keep(self, index: Tensor) -> tuple[_Beams, Tensor]:
+    def keep(self, index: Tensor) -> tuple[Beams, Tensor]:
         """Only the sentences at ``index`` (n',); also returns their beam rows (n'·K,)."""
         k = self.scores.size(1)
         beam_rows = (index[:, None] * k + torch.arange(k, device=index.device)).view(-1)  # (n'·K,)
-        kept = _Beams(
+        kept = Beams(
             self.rows[index],
             self.limits[index],
             self.scores[index],
@@ -81,8 +81,8 @@ def _expand(scores: Tensor, top: tuple[Tensor, Tensor], beam_size: int) -> _Cand
     return _Candidates(best, flat // width, tokens.view(n, live * width).gather(1, flat))
 
 
-def _record_finished(
-    finished: list[list[Hypothesis]], beams: _Beams, i: int, hypothesis: Hypothesis, nbest: int
+def record_finished(
+    finished: list[list[Hypothesis]], beams: Beams, i: int, hypothesis: Hypothesis, nbest: int
 ) -> None:
     """Record a finished hypothesis of active sentence ``i`` and update its n-best threshold."""
     hypotheses = finished[int(beams.rows[i])]
@@ -93,7 +93,7 @@ def _record_finished(
 
 
 def _finish_eos(
-    finished: list[list[Hypothesis]], beams: _Beams, cand: _Candidates, t: int, cfg: DecodeConfig, eos_id: int
+    finished: list[list[Hypothesis]], beams: Beams, cand: _Candidates, t: int, cfg: DecodeConfig, eos_id: int
 ) -> None:
     """EOS candidates ranked within the top K end their beam (fairseq's rule)."""
     k, live = cfg.beam_size, beams.scores.size(1)
@@ -104,25 +104,25 @@ def _finish_eos(
     parents = cand.beams.tolist()
     for i, j in eos.nonzero().tolist():
         tokens = beams.tokens[i * live + parents[i][j]].tolist()
-        _record_finished(finished, beams, i, Hypothesis(tokens, normalised[i][j]), cfg.nbest)
+        record_finished(finished, beams, i, Hypothesis(tokens, normalised[i][j]), cfg.nbest)
 
 
-def _prune(beams: _Beams, cand: _Candidates, k: int, eos_id: int) -> tuple[_Beams, Tensor]:
-    """The K best non-EOS candidates become the new beams, placed by :func:`_rows_in_place`; also
+def _prune(beams: Beams, cand: _Candidates, k: int, eos_id: int) -> tuple[Beams, Tensor]:
+    """The K best non-EOS candidates become the new beams, placed by :func:`rows_in_place`; also
     returns each one's parent row (n·K,)."""
     n, live = beams.scores.shape
     width = cand.scores.size(1)
     rank = torch.arange(width, device=cand.tokens.device) + (cand.tokens == eos_id) * width  # EOS ranks last
     pick = rank.topk(k, dim=1, largest=False).indices  # (n, K), best first
     if live == k:
-        pick = pick.gather(1, _rows_in_place(cand.beams.gather(1, pick)))  # (n, K), in row order
+        pick = pick.gather(1, rows_in_place(cand.beams.gather(1, pick)))  # (n, K), in row order
     first_rows = torch.arange(n, device=pick.device)[:, None] * live  # (n, 1): row of each sentence's beam 0
     parents = (first_rows + cand.beams.gather(1, pick)).view(-1)  # (n·K,)
     tokens = torch.cat([beams.tokens[parents], cand.tokens.gather(1, pick).view(-1, 1)], dim=1)  # (n·K, t+1)
     return replace(beams, scores=cand.scores.gather(1, pick), tokens=tokens), parents
 
 
-def _rows_in_place(parents: Tensor) -> Tensor:
+def rows_in_place(parents: Tensor) -> Tensor:
     """Which new beam each of a sentence's K rows holds, (n, K), given each new beam's parent row
     within its sentence, (n, K): a parent's first child stays in the parent's row, so its cache row
     is not copied; the other children take, in order, the rows of parents without children."""
@@ -136,7 +136,7 @@ def _rows_in_place(parents: Tensor) -> Tensor:
     return torch.empty_like(row).scatter_(1, row, rows.expand_as(row))
 
 
-def _finish_at_limit(finished: list[list[Hypothesis]], beams: _Beams, t: int, cfg: DecodeConfig) -> Tensor:
+def _finish_at_limit(finished: list[list[Hypothesis]], beams: Beams, t: int, cfg: DecodeConfig) -> Tensor:
     """Live beams of sentences that reached their length limit end without EOS; returns that mask (n,)."""
     at_limit = t + 1 >= beams.limits
     if not at_limit.any():
@@ -147,11 +147,11 @@ def _finish_at_limit(finished: list[list[Hypothesis]], beams: _Beams, t: int, cf
         for j in range(k):
             if normalised[i][j] > float("-inf"):  # skip beams that never came alive
                 hypothesis = Hypothesis(beams.tokens[i * k + j].tolist(), normalised[i][j])
-                _record_finished(finished, beams, i, hypothesis, cfg.nbest)
+                record_finished(finished, beams, i, hypothesis, cfg.nbest)
     return at_limit
 
 
-def _done(beams: _Beams, cfg: DecodeConfig) -> Tensor:
+def _done(beams: Beams, cfg: DecodeConfig) -> Tensor:
     """(n,) True where no live beam can still enter the n-best.
 
     A live score s <= 0 can only fall, so its best normalised value is s / penalty(limit).
@@ -176,7 +176,7 @@ def beam_search(
     k, batch, device = cfg.beam_size, src.size(0), src.device
     steps, limits = start_steps(model, src, cfg, candidates, prefixes, decoders)
     special = steps.special
-    beams = _Beams(  # one live beam per sentence until the first step branches it into K
+    beams = Beams(  # one live beam per sentence until the first step branches it into K
         rows=torch.arange(batch, device=device),
         limits=limits,
         scores=torch.zeros(batch, 1, device=device),

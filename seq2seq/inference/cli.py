@@ -94,15 +94,17 @@ def _translate_lines(
     out: TextIO,
     progress: bool = False,
     tsv: bool = False,
+    in_order: bool = False,
 ) -> None:
     """Each line's translation. With ``tsv``, tab-separated columns after the source: the start its
-    translation continues, then phrases it must contain; else a TAB is part of the text."""
+    translation continues, then phrases it must contain (in that order with ``in_order``); else a TAB
+    is part of the text."""
     if tsv:
         columns = (line.rstrip("\r\n").split("\t") for line in lines)
         sources, prefixes, phrases = itertools.tee(columns, 3)  # consumed in step
         results = translator.translate(
             (c[0] for c in sources), prefixes=(c[1] if len(c) > 1 else "" for c in prefixes),
-            constraints=(c[2:] for c in phrases),
+            constraints=(c[2:] for c in phrases), constraints_in_order=in_order,
         )  # fmt: skip
     else:
         results = translator.translate(lines)
@@ -126,7 +128,9 @@ def _interactive(translator: TranslatorBase, args: argparse.Namespace, out: Text
             line = input(prompt)
         except EOFError:
             return
-        _translate_lines(translator, [line], args.nbest is not None, out, tsv=args.tsv)
+        _translate_lines(
+            translator, [line], args.nbest is not None, out, tsv=args.tsv, in_order=args.constraints_in_order
+        )
         if line.strip() and args.show_attention:
             _show_attention(translator, line, args, out)
 
@@ -196,7 +200,13 @@ def _run(args: argparse.Namespace) -> int:
     with output(args.output) as out:
         progress = not args.sentences and _stdin_is_file()  # a pipe or a terminal gets no bar
         _translate_lines(
-            translator, args.sentences or sys.stdin, args.nbest is not None, out, progress, args.tsv
+            translator,
+            args.sentences or sys.stdin,
+            args.nbest is not None,
+            out,
+            progress,
+            args.tsv,
+            args.constraints_in_order,
         )
         for sentence in args.sentences if (args.show_attention or args.attention_png) else []:
             _show_attention(translator, sentence, args, out)

@@ -90,6 +90,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="input lines are source<TAB>prefix[<TAB>phrase...]: the start each translation continues (may "
         "be empty), then phrases it must contain (with --beam); without it a TAB is part of the text",
     )
+    parser.add_argument(
+        "--constraints-in-order",
+        action="store_true",
+        help="with --tsv: each translation holds its phrases in the order given",
+    )
     add_compute_arguments(
         parser,
         "compute dtype (default: auto, chosen from the hardware like trainer.precision=auto; int8: int8 "
@@ -157,6 +162,8 @@ def checked_overrides(args: argparse.Namespace) -> DecodeOverrides:
         raise UsageError("--capture needs --ckpt: an exported model decodes in its own engine")
     if args.metrics_out and not args.eval:
         raise UsageError("--metrics-out needs --eval")
+    if args.constraints_in_order and not args.tsv:
+        raise UsageError("--constraints-in-order needs --tsv: the phrases come in its columns")
     check_shortlist_argument(args)
     return DecodeOverrides(
         beam=args.beam or (1 if args.greedy else None), nbest=args.nbest or 1, max_len=args.max_len,

@@ -135,9 +135,10 @@ class TranslatorBase(ABC):
         cfg: DecodeConfig,
         prefixes: list[list[int]],
         constraints: list[list[list[int]]] | None = None,
+        constraints_in_order: bool = False,
     ) -> list[list[Hypothesis]]:
         """:meth:`search` with each output starting with its prefix (target ids; [] for none) and
-        containing each phrase of its ``constraints``."""
+        containing each phrase of its ``constraints`` (in their order when ``constraints_in_order``)."""
         raise TargetError("a target prefix or constraint needs a checkpoint (--ckpt), not an export")
 
     def encode_constraints(
@@ -205,6 +206,7 @@ class TranslatorBase(ABC):
         prefixes: list[str] | None = None,
         constraints: list[list[str]] | None = None,
         first: int = 0,
+        constraints_in_order: bool = False,
     ) -> list[list[Translation]]:
         sources = self.encode(texts)
         forced = (
@@ -219,7 +221,9 @@ class TranslatorBase(ABC):
             batch_sources, batch_prefixes = [sources[i] for i in rows], [forced[i] for i in rows]
             batch_phrases = [phrases[i] for i in rows]
             if any(batch_prefixes) or any(batch_phrases):
-                hypotheses = self.search_prefixed(batch_sources, cfg, batch_prefixes, batch_phrases)
+                hypotheses = self.search_prefixed(
+                    batch_sources, cfg, batch_prefixes, batch_phrases, constraints_in_order
+                )
             else:
                 hypotheses = self.search(batch_sources, cfg)
             texts_out = iter(self.tokenizer.decode_target([h.tokens for hyps in hypotheses for h in hyps]))
@@ -233,14 +237,15 @@ class TranslatorBase(ABC):
         cfg: DecodeConfig | None = None,
         prefixes: Iterable[str] | None = None,
         constraints: Iterable[list[str]] | None = None,
+        constraints_in_order: bool = False,
     ) -> Iterator[list[Translation]]:
         """Lazily translate ``texts``, yielding each one's n-best list (best first) in input order.
 
         ``cfg`` defaults to the translator's own decoding config (see :meth:`decode_cfg_with`).
         ``prefixes``, one per text ("" for none), are the start each output must continue; scores
         cover the whole output. ``constraints``, one list per text, are target phrases each output
-        must contain (beam search only). Input is consumed :data:`CHUNK_LINES` at a time, so an endless
-        stream works.
+        must contain (beam search only), in the order given when ``constraints_in_order``. Input is
+        consumed :data:`CHUNK_LINES` at a time, so an endless stream works.
         """
         cfg = cfg or self.decode_cfg
         iterator = iter(texts)
@@ -250,7 +255,9 @@ class TranslatorBase(ABC):
         while chunk := list(islice(iterator, CHUNK_LINES)):
             chunk_prefixes = None if starts is None else list(islice(starts, len(chunk)))
             chunk_phrases = None if phrases is None else list(islice(phrases, len(chunk)))
-            yield from self._translate_chunk(chunk, cfg, chunk_prefixes, chunk_phrases, first)
+            yield from self._translate_chunk(
+                chunk, cfg, chunk_prefixes, chunk_phrases, first, constraints_in_order
+            )
             first += len(chunk)
 
 
@@ -316,13 +323,17 @@ class Translator(TranslatorBase):
         cfg: DecodeConfig,
         prefixes: list[list[int]] | None,
         constraints: list[list[list[int]]] | None = None,
+        constraints_in_order: bool = False,
     ) -> list[list[Hypothesis]]:
         candidates = None
         if self.shortlist is not None:
             candidates = self.shortlist.candidates(sources, self.model.special_ids).to(self.device)
         models = self.model if len(self.models) == 1 else self.models
         src = pad_ids(sources).to(self.device)
-        return generate(models, src, cfg, candidates, prefixes, constraints, self.captured)
+        return generate(
+            models, src, cfg, candidates, prefixes, constraints,
+            constraints_in_order=constraints_in_order, decoders=self.captured,
+        )  # fmt: skip
 
     def seed(self, seed: int) -> None:
         torch.manual_seed(seed)

@@ -97,7 +97,9 @@ async def translate(body: TranslateRequest, service: Service, request: Request) 
         raise InputError(422, str(err)) from err
     cfg = service.decode_cfg_for(body.beam, body.nbest, body.max_len)
     return TranslateResponse(
-        translations=await _unless_gone(request, service.translate(texts, cfg, prefixes, constraints))
+        translations=await _unless_gone(
+            request, service.translate(texts, cfg, prefixes, constraints, body.constraints_in_order)
+        )
     )
 
 

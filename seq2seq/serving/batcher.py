@@ -45,6 +45,7 @@ class _TranslateJob:
     cfg: DecodeConfig
     prefixes: list[str]  # one per text, "" for none
     constraints: list[list[str]]  # one list of phrases per text
+    in_order: bool  # the phrases appear in the order given
     future: Future[list[list[Translation]]] = field(default_factory=Future)
 
 
@@ -89,10 +90,12 @@ class DynamicBatcher:
         cfg: DecodeConfig,
         prefixes: list[str] | None = None,
         constraints: list[list[str]] | None = None,
+        constraints_in_order: bool = False,
     ) -> Future[list[list[Translation]]]:
         """Queue ``texts`` (with their ``prefixes``, "" for none, and ``constraints``); the Future gets
         their n-best lists in order, as ``TranslatorBase.translate``."""
-        job = _TranslateJob(texts, cfg, prefixes or [""] * len(texts), constraints or [[] for _ in texts])
+        prefixes, constraints = prefixes or [""] * len(texts), constraints or [[] for _ in texts]
+        job = _TranslateJob(texts, cfg, prefixes, constraints, constraints_in_order)
         return self._put(job).future
 
     def call(self, function: Callable[[], Any]) -> Future[Any]:
@@ -159,15 +162,16 @@ class DynamicBatcher:
         return jobs
 
     def _translate(self, jobs: list[_TranslateJob]) -> None:
-        """The jobs, grouped by identical decoding configs (a group shares batches), in order of arrival."""
-        groups: list[tuple[DecodeConfig, list[_TranslateJob]]] = []
+        """The jobs, grouped by identical decoding configs and constraint order (a group shares
+        batches), in order of arrival."""
+        groups: list[tuple[tuple[DecodeConfig, bool], list[_TranslateJob]]] = []
         for job in jobs:
-            group = next((g for cfg, g in groups if cfg == job.cfg), None)
+            group = next((g for key, g in groups if key == (job.cfg, job.in_order)), None)
             if group is None:
-                groups.append((job.cfg, [job]))
+                groups.append(((job.cfg, job.in_order), [job]))
             else:
                 group.append(job)
-        for cfg, group in groups:
+        for (cfg, _), group in groups:
             self._translate_group(cfg, group)
 
     def _translate_group(self, cfg: DecodeConfig, group: list[_TranslateJob]) -> None:
@@ -192,6 +196,7 @@ class DynamicBatcher:
                         cfg,
                         [prefixes[i] for i in live],
                         [constraints[i] for i in live],
+                        group[0].in_order,
                     )
                     for i, nbest in zip(live, translated, strict=True):
                         results[i] = nbest

@@ -42,6 +42,7 @@ class TranslateRequest(_Strict):
         description="target phrases each translation must contain (beam search): a list of phrases for "
         "one text, a list of such lists for several",
     )
+    constraints_in_order: bool = Field(False, description="the phrases appear in the order given")
 
     @field_validator("text", "prefix", mode="before")
     @classmethod

@@ -110,14 +110,17 @@ class TranslationService:
         cfg: DecodeConfig,
         prefixes: list[str] | None = None,
         constraints: list[list[str]] | None = None,
+        constraints_in_order: bool = False,
     ) -> list[TranslationResult]:
         """Each text's n-best list; ``prefixes`` ("" for none) are the starts the outputs continue,
-        ``constraints`` the phrases they contain."""
+        ``constraints`` the phrases they contain (in that order with ``constraints_in_order``)."""
         self.check_lengths(texts)
         prefixes = prefixes or [""] * len(texts)
         constraints = constraints or [[] for _ in texts]
         self.check_targets(texts, prefixes, constraints, cfg)
-        results = await asyncio.wrap_future(self.batcher.translate(texts, cfg, prefixes, constraints))
+        results = await asyncio.wrap_future(
+            self.batcher.translate(texts, cfg, prefixes, constraints, constraints_in_order)
+        )
         return [
             TranslationResult(
                 text=nbest[0].text,

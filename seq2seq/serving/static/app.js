@@ -190,12 +190,16 @@ async function translate() {
   const prefix = $("prefix").value.trim();
   const seen = { text, beam, ...(body.max_len ? { max_len: body.max_len } : {}), ...(prefix ? { prefix } : {}) };
   if (prefix) body.prefix = prefix;
+  const phrases = $("constraints").value.split("\n").map((p) => p.trim()).filter((p) => p);
+  if (phrases.length) body.constraints = phrases;
+  if (phrases.length && $("in-order").checked) body.constraints_in_order = true;
   $("translate").disabled = true;
   showError("");
   try {
     const [translated, maps] = await Promise.all([
       postJSON("/translate", body),
-      postJSON("/attention", seen).catch(() => null), // an export or an ensemble shows no attention
+      // an export or an ensemble shows no attention; /attention's search knows no constraints
+      phrases.length ? null : postJSON("/attention", seen).catch(() => null),
     ]);
     showTranslation(translated.translations[0]);
     $("attention").hidden = maps === null;
