@@ -5,8 +5,8 @@ bench/decode/peer.py refuses to run without a checkpoint."""
 import subprocess
 from pathlib import Path
 
-from compose import ROOT
-from in_process import python
+from tests.helpers.compose import ROOT
+from tests.helpers.in_process import python
 
 
 def run_bench(script: str, *args: str) -> subprocess.CompletedProcess:

@@ -4,13 +4,13 @@ split."""
 from pathlib import Path
 
 import pytest
-from in_process import python
 
 from bench.decode.length_penalty import study
 from bench.lib.measure import decode_split
 from seq2seq.data import corpus
 from seq2seq.formats.checkpoint import load_model
 from seq2seq.inference.backends import open_model
+from tests.helpers.in_process import python
 
 
 @pytest.mark.slow

@@ -5,7 +5,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from in_process import python
+
+from tests.helpers.in_process import python
 
 
 def run_levers(out: Path) -> subprocess.CompletedProcess:

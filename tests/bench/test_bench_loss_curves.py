@@ -4,7 +4,8 @@ import json
 from pathlib import Path
 
 import pytest
-from in_process import python
+
+from tests.helpers.in_process import python
 
 
 def write_records(tmp_path: Path, offsets: dict[str, list[float]]) -> list[Path]:

@@ -6,10 +6,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from compose import ROOT
-from in_process import python
 
 from bench.lib.loop_run import without_other_code
+from tests.helpers.compose import ROOT
+from tests.helpers.in_process import python
 
 
 def record(out: Path, cache: Path, *extra: str) -> dict:

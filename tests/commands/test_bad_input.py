@@ -18,9 +18,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from compose import ROOT, tiny_run
-from in_process import python
-from tiny import CORPUS
 
 from seq2seq.config import ConfigError, DataError
 from seq2seq.data import inspect
@@ -31,6 +28,9 @@ from seq2seq.inference import cli
 from seq2seq.inference.cli import main as translate_main
 from seq2seq.launch.start import start_run
 from seq2seq.serving.cli import main as serve_main
+from tests.helpers.compose import ROOT, tiny_run
+from tests.helpers.in_process import python
+from tests.helpers.tiny import CORPUS
 
 
 def _command(*argv: str, **options) -> subprocess.CompletedProcess:

@@ -12,8 +12,6 @@ from pathlib import Path
 import pytest
 import pytorch_lightning as pl
 import torch
-from compose import ROOT, tiny_run
-from in_process import python
 
 from seq2seq.command_line import INTERRUPTED
 from seq2seq.config import ConfigError, DataError
@@ -22,6 +20,8 @@ from seq2seq.formats.checkpoint import CheckpointError
 from seq2seq.launch.start import start_run
 from seq2seq.training import run as training
 from seq2seq.training.module import NonFiniteLossError
+from tests.helpers.compose import ROOT, tiny_run
+from tests.helpers.in_process import python
 
 
 def final_state(run_dir: Path) -> dict:

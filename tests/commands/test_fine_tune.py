@@ -13,9 +13,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from compose import CONFIGS, ROOT, model_config, tiny_run
-from in_process import python
-from trained import train_tiny_checkpoint
 
 from seq2seq.config import ConfigError, validated_run
 from seq2seq.data import corpus
@@ -28,6 +25,9 @@ from seq2seq.launch.composing import compose_run
 from seq2seq.launch.start import prepare_launch, start_run
 from seq2seq.training.module import EMA_PREFIX, MODEL_PREFIX
 from seq2seq.training.starting_point import open_start
+from tests.helpers.compose import CONFIGS, ROOT, model_config, tiny_run
+from tests.helpers.in_process import python
+from tests.helpers.trained import train_tiny_checkpoint
 
 ORDERS = ROOT / "tests" / "fixtures" / "orders.tsv"
 OLDEST = sorted((ROOT / "tests" / "fixtures").glob("checkpoint-*.ckpt"))[0]  # of the earliest version kept

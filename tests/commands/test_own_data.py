@@ -6,14 +6,13 @@ from __future__ import annotations
 import gzip
 from pathlib import Path
 
-from compose import ROOT, tiny_run
-from in_process import python
-from tiny import CORPUS
-
 from seq2seq.config import DataConfig
 from seq2seq.data.corpus import load_corpus
 from seq2seq.formats.checkpoint import load_model
 from seq2seq.launch.start import start_run
+from tests.helpers.compose import ROOT, tiny_run
+from tests.helpers.in_process import python
+from tests.helpers.tiny import CORPUS
 
 
 def test_training_on_two_aligned_text_files(tmp_path: Path) -> None:

@@ -9,13 +9,12 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from compose import ddp_training, tiny_run
 
 from seq2seq.config import ConfigError, DataConfig, validated
 from seq2seq.data.batching import Stop
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.data.sampler import BatchOrder, TokenBudgetBatchSampler, stops_to_continue
-from seq2seq.launch.start import start_run
+from tests.helpers.compose import STOP_AT, run_training, tiny_run
 
 MAX_TOKENS = 256
 EPOCH = 3
@@ -126,17 +125,6 @@ def test_a_checkpoint_at_the_end_of_an_epoch_starts_the_next(lengths: np.ndarray
 
 
 # End to end: train.py with 2 CPU processes (gloo), and in-process with 1.
-
-STOP_AT = 3  # optimizer steps per rank before the checkpoint, inside the first epoch
-
-
-def run_training(tmp_path: Path, processes: int, *overrides: str) -> None:
-    overrides = (*overrides, "logger=none")
-    if processes == 1:
-        start_run(tiny_run(tmp_path / "run", tmp_path / "cache", *overrides))
-        return
-    result = ddp_training(tmp_path / "run", tmp_path / "cache", processes, *overrides)
-    assert result.returncode == 0, result.stderr[-3000:]
 
 
 def train_sampler(tmp_path: Path) -> TokenBudgetBatchSampler:

@@ -23,15 +23,15 @@ from pathlib import Path
 
 import httpx
 import pytest
-from tiny import BLEU, STEP
 
 from seq2seq.inference.backends import open_model
 from seq2seq.inference.translator import Translator
 from seq2seq.serving.app import WORKER_STOP_S
 from seq2seq.serving.edge import SHUTTING_DOWN
 from seq2seq.serving.service import Limits
+from tests.helpers.tiny import BLEU, STEP
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",

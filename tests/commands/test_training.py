@@ -4,8 +4,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from compose import ddp_training, tiny_run
-from in_process import python
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from seq2seq.config import ConfigError
@@ -13,6 +11,8 @@ from seq2seq.formats.checkpoint import load_model, read_checkpoint
 from seq2seq.inference.backends import open_model
 from seq2seq.inference.cli import main as translate_main
 from seq2seq.launch.start import start_run
+from tests.helpers.compose import ddp_training, tiny_run
+from tests.helpers.in_process import python
 
 
 def tiny_config(tmp_path: Path, *overrides: str):

@@ -12,7 +12,7 @@ from seq2seq.config import DataConfig, DataError
 from seq2seq.data.corpus import load_corpus, load_splits, references
 from seq2seq.data.readers.sources import resolve_path
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 
 
 def _cfg(path: Path | str, tmp_path: Path, **overrides: object) -> DataConfig:

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import datasets
 import pytest
-from compose import tiny_run
-from tiny import CORPUS
 
 from seq2seq.config import DataConfig, DataError
 from seq2seq.data.corpus import given_sets, held_out_sizes, held_out_split, load_splits
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.inference import cli
 from seq2seq.launch.start import start_run
+from tests.helpers.compose import tiny_run
+from tests.helpers.tiny import CORPUS
 
 ORDERS = CORPUS.parent / "orders.tsv"  # 400 pairs, 400 distinct sources, none of them in tiny.tsv
 LINES = ORDERS.read_text(encoding="utf-8").splitlines()

@@ -11,7 +11,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from streamed_store import make_store
 from torch._dynamo.testing import CompileCounterWithBackend
 
 from bench.data.padding import fitted_rungs
@@ -26,6 +25,7 @@ from seq2seq.model import Transformer
 from seq2seq.training import captured_step
 from seq2seq.training.captured_step import CapturedStep
 from seq2seq.training.loss import sequence_loss
+from tests.helpers.streamed_store import make_store
 
 
 @pytest.mark.parametrize("longest", [3, 65, 257])

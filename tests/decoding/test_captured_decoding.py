@@ -9,8 +9,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import MEMORISED_PAIRS
-from tiny import CORPUS
 from torch._dynamo.testing import CompileCounterWithBackend
 
 from seq2seq.config import ConfigError
@@ -19,6 +17,8 @@ from seq2seq.decoding import captured_steps, generate
 from seq2seq.decoding.captured_steps import bucket
 from seq2seq.inference.backends import open_model
 from seq2seq.inference.translator import Translator
+from tests.helpers.tiny import CORPUS
+from tests.helpers.trained import MEMORISED_PAIRS
 
 
 @pytest.fixture

@@ -8,8 +8,6 @@ from dataclasses import replace
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import MEMORISED_PAIRS
-from tiny import CORPUS
 
 from seq2seq.config import DecodeConfig, ModelConfig
 from seq2seq.data.batching import pad_ids
@@ -19,6 +17,8 @@ from seq2seq.decoding.forced import forced_scores
 from seq2seq.inference.backends import open_model
 from seq2seq.model import Transformer
 from seq2seq.model.int8 import quantize_decoder
+from tests.helpers.tiny import CORPUS
+from tests.helpers.trained import MEMORISED_PAIRS
 
 VOCAB = 24
 # |score difference| the int8 decoder may show between two ways of decoding the same sentence: the

@@ -8,7 +8,7 @@ import ast
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "seq2seq"
 BENCH = ROOT / "bench"
 MAP = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")

@@ -9,11 +9,11 @@ from dataclasses import fields, is_dataclass
 from pathlib import Path
 
 import pytest
-from compose import CONFIGS
 from omegaconf import OmegaConf
 
 from seq2seq.config import RunConfig, dotted, validated_run
 from seq2seq.launch.composing import compose_run
+from tests.helpers.compose import CONFIGS
 from tools.docs import config_reference
 
 PAGE = config_reference.PAGE

@@ -9,7 +9,8 @@ import re
 from pathlib import Path
 
 import pytest
-from compose import ROOT
+
+from tests.helpers.compose import ROOT
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)|<img [^>]*\bsrc=\"([^\"]+)\"")

@@ -13,9 +13,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-from compose import ROOT
 
 from seq2seq.export.__main__ import main as export
+from tests.helpers.compose import ROOT
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 BLOCK = re.compile(

@@ -8,7 +8,8 @@ import re
 from pathlib import Path
 
 import pytest
-from compose import ROOT
+
+from tests.helpers.compose import ROOT
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FORBIDDEN = {

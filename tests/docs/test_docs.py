@@ -29,9 +29,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 import pytest
-from compose import CONFIGS, ROOT
 from hydra.errors import HydraException
-from in_process import python
 
 from seq2seq.command_line import UsageError
 from seq2seq.config import ConfigError, RunConfig, validated_run
@@ -43,6 +41,8 @@ from seq2seq.launch.composing import compose_run, explain
 from seq2seq.launch.recipe import choose_recipe
 from seq2seq.serving.cli import build_parser as serve_parser
 from seq2seq.training.average import build_parser as average_parser
+from tests.helpers.compose import CONFIGS, ROOT
+from tests.helpers.in_process import python
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 SHELL_BLOCKS = {"", "bash", "sh", "shell", "console"}

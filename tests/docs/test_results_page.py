@@ -8,11 +8,11 @@ import shutil
 from pathlib import Path
 
 import pytest
-from compose import ROOT, tiny_run
 
 from seq2seq.formats.checkpoint import read_checkpoint
 from seq2seq.launch.start import start_run
 from seq2seq.machine.hardware import cpu_class, describe
+from tests.helpers.compose import ROOT, tiny_run
 from tools.docs import learning_curves, results_page
 from tools.docs.run_record import precision_note
 

@@ -16,7 +16,8 @@ import re
 from pathlib import Path
 
 import pytest
-from compose import ROOT
+
+from tests.helpers.compose import ROOT
 
 ONE_LINE = {
     "ConfigError", "DataError", "DeviceError", "CheckpointError", "ShortlistError", "ExportError",

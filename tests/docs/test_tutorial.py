@@ -24,9 +24,10 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from compose import ROOT
-from test_docs import shell_lines
-from tiny import CORPUS
+
+from tests.docs.test_docs import shell_lines
+from tests.helpers.compose import ROOT
+from tests.helpers.tiny import CORPUS
 
 PAGE = ROOT / "docs" / "tutorial.md"
 SERVE_PORT = "8000"  # serve.py's default, which the page's curl commands use

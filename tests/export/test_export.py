@@ -7,8 +7,6 @@ from pathlib import Path
 import ctranslate2
 import pytest
 import torch
-from compose import model_config
-from tiny import CORPUS, tiny_tokenizer
 from torch import nn
 
 from seq2seq.config import DataConfig, DecodeConfig, ModelConfig
@@ -23,6 +21,8 @@ from seq2seq.formats.export_folder import ENGINES, ExportError
 from seq2seq.inference.backends import BACKENDS, open_model
 from seq2seq.model import Transformer
 from seq2seq.training.module import MODEL_PREFIX
+from tests.helpers.compose import model_config
+from tests.helpers.tiny import CORPUS, tiny_tokenizer
 
 
 @pytest.fixture(scope="module")

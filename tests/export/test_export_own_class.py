@@ -17,10 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from compose import ROOT
 from fastapi.testclient import TestClient
-from trained import train_tiny_checkpoint
-from transformers_parity import SOURCES, teacher_forced_logits, variant_checkpoint
 
 from seq2seq.config import ModelConfig
 from seq2seq.data.batching import pad_ids
@@ -37,6 +34,9 @@ from seq2seq.serving.app import create_app
 from seq2seq.serving.batcher import DynamicBatcher
 from seq2seq.serving.cli import build_parser, load
 from seq2seq.serving.service import Limits, TranslationService
+from tests.helpers.compose import ROOT
+from tests.helpers.trained import train_tiny_checkpoint
+from tests.helpers.transformers_parity import SOURCES, teacher_forced_logits, variant_checkpoint
 
 transformers = pytest.importorskip(
     "transformers", reason="the transformers export needs pip install -e '.[hf]'"
@@ -163,13 +163,13 @@ def until_eos(rows: torch.Tensor) -> list[list[int]]:
 
 
 def computed_elsewhere(folder: Path, request: dict, tmp_path: Path) -> dict:
-    """tests/load_exported.py's result for ``request`` on ``folder``, in an interpreter without seq2seq:
+    """tests/helpers/load_exported.py's result for ``request`` on ``folder``, in an interpreter without seq2seq:
     OTHER_PYTHON, or this one with -S and its site-packages but not their .pth files."""
     (tmp_path / "request.json").write_text(json.dumps({**request, "folder": str(folder)}), encoding="utf-8")
     isolated = [OTHER_PYTHON, "-I"] if OTHER_PYTHON else [sys.executable, "-I", "-S"]
     files = [str(tmp_path / "request.json"), str(tmp_path / "result.pt")]
     script = [
-        str(ROOT / "tests" / "load_exported.py"),
+        str(ROOT / "tests" / "helpers" / "load_exported.py"),
         *files,
         *([] if OTHER_PYTHON else site.getsitepackages()),
     ]

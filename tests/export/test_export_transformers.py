@@ -11,9 +11,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from compose import data_config
-from tiny import tiny_tokenizer
-from transformers_parity import SOURCES, teacher_forced_logits, variant_checkpoint
 
 from seq2seq.config import DecodeConfig
 from seq2seq.data.tokenizers.tokenizer import BOS_ID, EOS_ID, PAD_ID, TranslationTokenizer
@@ -26,6 +23,9 @@ from seq2seq.inference.cli import main as translate_main
 from seq2seq.inference.translator import Translator
 from seq2seq.model import Transformer
 from seq2seq.training.module import MODEL_PREFIX
+from tests.helpers.compose import data_config
+from tests.helpers.tiny import tiny_tokenizer
+from tests.helpers.transformers_parity import SOURCES, teacher_forced_logits, variant_checkpoint
 
 transformers = pytest.importorskip(
     "transformers", reason="the transformers export needs pip install -e '.[hf]'"

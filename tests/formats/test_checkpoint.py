@@ -6,7 +6,6 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
-from tiny import tiny_tokenizer
 
 from seq2seq.config import DataConfig, DecodeConfig, ModelConfig
 from seq2seq.formats.checkpoint import (
@@ -18,6 +17,7 @@ from seq2seq.formats.checkpoint import (
 )
 from seq2seq.model import Transformer
 from seq2seq.training.module import EMA_PREFIX, MODEL_PREFIX
+from tests.helpers.tiny import tiny_tokenizer
 
 ENTRY_KEYS = {  # what checkpoints written by earlier versions carry under checkpoint["seq2seq"]
     "model_config",

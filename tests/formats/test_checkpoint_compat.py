@@ -16,10 +16,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from compose import ROOT
-from tiny import CORPUS
 
 from seq2seq.inference.backends import open_model
+from tests.helpers.compose import ROOT
+from tests.helpers.tiny import CORPUS
 
 FIXTURES = sorted((ROOT / "tests" / "fixtures").glob("checkpoint-*.ckpt"))
 LEARNT = 20

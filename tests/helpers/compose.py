@@ -1,5 +1,5 @@
 """The real Hydra config composed exactly as ``train.py`` does it, shipped config files, and
-``train.py`` started as DDP processes, for tests."""
+``train.py`` started as DDP processes or in-process, for tests."""
 
 import subprocess
 import sys
@@ -9,8 +9,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from seq2seq.config import DataConfig, ModelConfig, validated
 from seq2seq.launch.composing import compose_run
+from seq2seq.launch.start import start_run
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs"
 
 
@@ -57,3 +58,17 @@ def ddp_training(
         text=True,
         timeout=300,
     )
+
+
+STOP_AT = 3  # optimizer steps per rank before a resume test's checkpoint, inside the first epoch
+
+
+def run_training(tmp_path: Path, processes: int, *overrides: str) -> None:
+    """The tiny experiment into ``tmp_path/run``: in this process for 1, else as DDP processes;
+    the resume tests of the in-memory and the streamed data train with it."""
+    overrides = (*overrides, "logger=none")
+    if processes == 1:
+        start_run(tiny_run(tmp_path / "run", tmp_path / "cache", *overrides))
+        return
+    result = ddp_training(tmp_path / "run", tmp_path / "cache", processes, *overrides)
+    assert result.returncode == 0, result.stderr[-3000:]

@@ -19,9 +19,9 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import torch
-from compose import ROOT
 
 from seq2seq.machine.memory import CHOICE
+from tests.helpers.compose import ROOT
 
 # A fresh interpreter's warning filters, where pytest's show more (every DeprecationWarning)
 PYTHON_WARNING_FILTERS = (

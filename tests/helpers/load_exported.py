@@ -1,7 +1,7 @@
 """Load a transformers export as a user without seq2seq does (``trust_remote_code=True``) and write
 what it computes; run in a separate interpreter by test_export_own_class.py:
 
-    python -I [-S] tests/load_exported.py REQUEST.json RESULT.pt [SITE_PACKAGES ...]
+    python -I [-S] tests/helpers/load_exported.py REQUEST.json RESULT.pt [SITE_PACKAGES ...]
 
 REQUEST holds the folder, source and target ids for one teacher-forced batch, sentences with their
 length limits, and beam search options; RESULT gets the logits of that batch, the greedy

@@ -4,7 +4,7 @@ from pathlib import Path
 
 from seq2seq.data.tokenizers.tokenizer import TranslationTokenizer
 
-CORPUS = Path(__file__).parent / "fixtures" / "tiny.tsv"
+CORPUS = Path(__file__).parents[1] / "fixtures" / "tiny.tsv"
 STEP, BLEU = 7, 12.34  # what the tiny checkpoint claims about its training, for /info and startup lines
 
 

@@ -13,8 +13,6 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from compose import data_config, model_config
-from tiny import CORPUS, tiny_tokenizer
 
 from seq2seq.config import DecodeConfig, ModelConfig
 from seq2seq.data.batching import pad_ids
@@ -22,6 +20,10 @@ from seq2seq.data.tokenizers.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from seq2seq.formats.checkpoint import seq2seq_entry
 from seq2seq.model import Transformer
 from seq2seq.training.module import MODEL_PREFIX
+from tests.helpers.compose import data_config, model_config
+from tests.helpers.tiny import CORPUS, tiny_tokenizer
+
+MEMORISED_PAIRS = 40  # the fixture's first pairs, which conftest's memorised_ckpt learns by heart
 
 
 def train_tiny_checkpoint(

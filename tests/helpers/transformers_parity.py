@@ -7,7 +7,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
-from tiny import CORPUS
 
 from seq2seq.config import DecodeConfig
 from seq2seq.data.batching import pad_ids
@@ -16,6 +15,7 @@ from seq2seq.formats.checkpoint import load_model, save_atomically, seq2seq_entr
 from seq2seq.inference.translator import Translator
 from seq2seq.model import Transformer
 from seq2seq.training.module import MODEL_PREFIX
+from tests.helpers.tiny import CORPUS
 
 SOURCES = [line.split("\t")[0] for line in CORPUS.read_text(encoding="utf-8").splitlines()][:60]
 

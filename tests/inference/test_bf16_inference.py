@@ -21,8 +21,6 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import MEMORISED_PAIRS
-from tiny import CORPUS
 
 from seq2seq.data.batching import pad_ids
 from seq2seq.decoding.forced import forced_scores
@@ -31,6 +29,8 @@ from seq2seq.inference.backends import open_model
 from seq2seq.inference.cli import main
 from seq2seq.inference.evaluation import score
 from seq2seq.inference.translator import Translation, Translator
+from tests.helpers.tiny import CORPUS
+from tests.helpers.trained import MEMORISED_PAIRS
 
 SCORE_BOUND = 0.15  # |score in bf16 - score in float32| for the same translation
 # beam 5: share of sentences with the float32 translation; measured 38 of 38 on an AMD EPYC with

@@ -11,8 +11,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from compose import ROOT
-from tiny import CORPUS, tiny_tokenizer
 
 from seq2seq.config import ModelConfig
 from seq2seq.inference import cli
@@ -21,6 +19,8 @@ from seq2seq.inference.cli import main
 from seq2seq.inference.translator import Translator
 from seq2seq.model import Transformer
 from seq2seq.training.module import MODEL_PREFIX
+from tests.helpers.compose import ROOT
+from tests.helpers.tiny import CORPUS, tiny_tokenizer
 
 
 def best_texts(translator: Translator, texts: list[str], decode_cfg=None) -> list[str]:

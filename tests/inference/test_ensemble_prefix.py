@@ -9,9 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from compose import data_config
 from fastapi.testclient import TestClient
-from tiny import tiny_tokenizer
 
 from seq2seq.config import DecodeConfig
 from seq2seq.data.batching import pad_ids
@@ -24,6 +22,8 @@ from seq2seq.serving.app import create_app
 from seq2seq.serving.batcher import DynamicBatcher
 from seq2seq.serving.service import Limits, TranslationService
 from seq2seq.training.module import MODEL_PREFIX
+from tests.helpers.compose import data_config
+from tests.helpers.tiny import tiny_tokenizer
 
 SENTENCES = ["How are you?", "I like coffee.", "Tom is here.", "Where is the station, please?", "Hi."]
 PREFIXES = ["¿Cómo", "", "Tom", "¿Dónde está", "Hola"]

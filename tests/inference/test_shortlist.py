@@ -8,8 +8,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import MEMORISED_PAIRS
-from tiny import CORPUS
 
 from seq2seq.config import SPECIAL_IDS, DecodeConfig
 from seq2seq.data.batching import pad_ids
@@ -21,6 +19,8 @@ from seq2seq.inference.evaluation import score
 from seq2seq.inference.shortlist import fingerprint
 from seq2seq.inference.shortlist import main as shortlist_main
 from seq2seq.inference.translator import Translator
+from tests.helpers.tiny import CORPUS
+from tests.helpers.trained import MEMORISED_PAIRS
 
 
 def hand_made(src_vocab: int, tgt_vocab: int, lists: dict[int, list[int]], frequent: list[int]) -> Shortlist:

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from compose import ROOT
 
 from seq2seq.launch.ranks import launch_id, run_dir_conflict, with_rank_overrides
+from tests.helpers.compose import ROOT
 
 TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
 DEFAULT_RUN_DIR = "runs/${launch_id:${now:%Y-%m-%d_%H-%M-%S}}"  # configs/train.yaml (quoted below: it nests)

@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 import pytorch_lightning as pl
 import torch
-from compose import CONFIGS, compose_train, tiny_run
-from in_process import python
 from omegaconf import DictConfig, OmegaConf
-from step_clock import step_clock
 
 from seq2seq.config import CallbacksConfig, ConfigError, OptimConfig, validated, validated_run
 from seq2seq.launch.command_line import hydra_args
 from seq2seq.launch.recipe import choose_recipe
 from seq2seq.launch.start import checked_jobs, start_run
+from tests.helpers.compose import CONFIGS, compose_train, tiny_run
+from tests.helpers.in_process import python
+from tests.helpers.step_clock import step_clock
 
 CPU_SETS = (
     "model=small, trainer=default, data.max_tokens=2500, optim.lr=0.0015, optim.warmup_steps=200, "

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from compose import CONFIGS, ROOT
 from omegaconf import OmegaConf
 
 from seq2seq.command_line import TERMINATED
@@ -23,6 +22,7 @@ from seq2seq.launch.composing import compose_run
 from seq2seq.launch.ranks import register_resolvers
 from seq2seq.launch.start import settle_directory
 from seq2seq.training.requeue import REQUEUE_SIGNAL, requeued_checkpoint, starts_over
+from tests.helpers.compose import CONFIGS, ROOT
 
 JOB = "4242"
 FAKE_SCONTROL = """#!/bin/sh

@@ -16,8 +16,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from compose import CONFIGS, ROOT, tiny_run
-from in_process import python
 
 from seq2seq.command_line import TERMINATED
 from seq2seq.config import ConfigError, validated_run
@@ -25,6 +23,8 @@ from seq2seq.formats.run_directory import RunDirectory, RunDirectoryTaken, fresh
 from seq2seq.launch.composing import compose_run
 from seq2seq.launch.ranks import register_resolvers
 from seq2seq.launch.start import settle_directory, start_run
+from tests.helpers.compose import CONFIGS, ROOT, tiny_run
+from tests.helpers.in_process import python
 
 TINY = ("experiment=tiny", "trainer.max_epochs=1")
 

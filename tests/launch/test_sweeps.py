@@ -7,12 +7,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from compose import ROOT, compose_train
 from hydra import compose, initialize_config_dir
-from in_process import python
 from omegaconf import OmegaConf
 
 from seq2seq.launch.composing import CONFIG_NAME
+from tests.helpers.compose import ROOT, compose_train
+from tests.helpers.in_process import python
 
 
 def sweep(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:

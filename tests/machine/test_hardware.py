@@ -13,8 +13,6 @@ import pytest
 import pytorch_lightning as pl
 import torch
 import yaml
-from compose import ROOT, compose_train, tiny_run
-from cpu_classes import CPU_CLASSES, fake_cpu
 
 from seq2seq.config import DecodeConfig, ModelConfig, OptimConfig
 from seq2seq.data.datamodule import TranslationDataModule
@@ -40,6 +38,8 @@ from seq2seq.machine.hardware import (
     threads_each,
 )
 from seq2seq.training.module import TranslationModule
+from tests.helpers.compose import ROOT, compose_train, tiny_run
+from tests.helpers.cpu_classes import CPU_CLASSES, fake_cpu
 
 XEON = "processor\t: 0\nmodel name\t: Intel(R) Xeon(R) CPU @ 2.00GHz\nflags\t\t: fpu avx2 avx512f avx512bw\n"
 TINY = ModelConfig(d_model=32, n_heads=2, n_encoder_layers=2, n_decoder_layers=2, d_ff=64)  # model=tiny

@@ -7,9 +7,9 @@ import subprocess
 import sys
 
 import pytest
-from compose import ROOT
 
 from seq2seq.machine.threads import wait_policy
+from tests.helpers.compose import ROOT
 
 
 def test_decoders_spin_briefly_and_training_sleeps_at_once() -> None:

@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 import torch
 from fastapi.testclient import TestClient
-from tiny import BLEU, STEP
 
 from seq2seq.data.tokenizers.tokenizer import BOS_ID, EOS_ID
 from seq2seq.formats.checkpoint import load_model
@@ -25,6 +24,7 @@ from seq2seq.serving import cli
 from seq2seq.serving.app import create_app
 from seq2seq.serving.batcher import DynamicBatcher
 from seq2seq.serving.service import Limits, TranslationService
+from tests.helpers.tiny import BLEU, STEP
 
 SENTENCES = ["How are you?", "I like coffee.", "Tom is here.", "Where is the station, please?", "Hi.", "   "]
 

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from compose import ROOT, tiny_run
 
 from seq2seq.export.__main__ import main as export_main
 from seq2seq.formats.checkpoint import (
@@ -22,6 +21,7 @@ from seq2seq.launch.start import start_run
 from seq2seq.serving import cli as serve_cli
 from seq2seq.training.average import average, main
 from seq2seq.training.module import EMA_PREFIX, MODEL_PREFIX
+from tests.helpers.compose import ROOT, tiny_run
 
 OLDEST = sorted((ROOT / "tests" / "fixtures").glob("checkpoint-*.ckpt"))[0]
 

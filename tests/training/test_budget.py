@@ -11,8 +11,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from compose import tiny_run
-from step_clock import step_clock
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from seq2seq.config import ConfigError, ModelConfig, OptimConfig
@@ -32,6 +30,8 @@ from seq2seq.training.budget import (
     step_share,
 )
 from seq2seq.training.optimizers import wsd_factor
+from tests.helpers.compose import tiny_run
+from tests.helpers.step_clock import step_clock
 
 
 def test_wsd_warms_up_holds_then_decays_linearly_to_zero() -> None:

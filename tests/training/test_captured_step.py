@@ -11,8 +11,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from compose import tiny_run
-from tiny import CORPUS, tiny_tokenizer
 from torch._dynamo.testing import CompileCounterWithBackend
 
 from bench.lib.training_step import static_batches as static_batches_of_the_bench
@@ -32,6 +30,8 @@ from seq2seq.training.captured_step import (
 )
 from seq2seq.training.loss import LossSums, sequence_loss
 from seq2seq.training.optimizers import adamw
+from tests.helpers.compose import tiny_run
+from tests.helpers.tiny import CORPUS, tiny_tokenizer
 
 SHAPES = StaticShapes.of(max_length=20, max_tokens=128)
 

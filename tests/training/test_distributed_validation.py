@@ -9,7 +9,6 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from compose import ddp_training
 from pytorch_lightning.callbacks import Timer
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -20,6 +19,7 @@ from seq2seq.model import Transformer
 from seq2seq.training import budget
 from seq2seq.training.budget import Budget
 from seq2seq.training.sharding import shard, translate_sharded, unshard
+from tests.helpers.compose import ddp_training
 
 LENGTHS = [5, 40, 12, 12, 3, 27, 8, 40, 1, 19, 6]
 

@@ -5,11 +5,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from compose import tiny_run
 
 from seq2seq.launch.start import start_run
 from seq2seq.training.module import TranslationModule
 from seq2seq.training.optimizers import fused_adamw_applies
+from tests.helpers.compose import tiny_run
 
 
 @pytest.mark.parametrize(

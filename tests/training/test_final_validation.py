@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from compose import tiny_run
-from step_clock import step_clock
 
 from seq2seq.launch.start import start_run
+from tests.helpers.compose import tiny_run
+from tests.helpers.step_clock import step_clock
 
 NEVER_BY_EPOCH = "trainer.check_val_every_n_epoch=1000"  # the schedule alone would never validate
 

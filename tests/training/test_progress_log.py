@@ -10,13 +10,13 @@ import sys
 import pytest
 import pytorch_lightning as pl
 import torch
-from compose import tiny_run
-from in_process import python
-from step_clock import step_clock
 
 from seq2seq.launch.start import start_run
 from seq2seq.training.budget import clock_time
 from seq2seq.training.progress_log import TO_CONSOLE, ConsoleFilter, EpochBar, progress_bar
+from tests.helpers.compose import tiny_run
+from tests.helpers.in_process import python
+from tests.helpers.step_clock import step_clock
 
 STEP_LINE = re.compile(
     r"step (\d+) \| epoch \d+ \| loss [\d.]+ \| lr [\d.e+-]+ \| \d+ tokens/s"

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
-from compose import tiny_run
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from seq2seq.launch.start import start_run
 from seq2seq.training import run as training
+from tests.helpers.compose import tiny_run
 
 READS = {"_local_scalar_dense", "nonzero", "is_nonzero", "equal", "masked_select"}
 # Where reading is fine: the collate function runs on the host, in the loader's workers on a GPU

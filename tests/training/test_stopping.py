@@ -8,13 +8,13 @@ import logging
 import re
 
 import pytest
-from compose import tiny_run
-from step_clock import step_clock
 
 from seq2seq.config import OptimConfig
 from seq2seq.formats.checkpoint import read_checkpoint
 from seq2seq.launch.start import start_run
 from seq2seq.training.stopping import counting_from
+from tests.helpers.compose import tiny_run
+from tests.helpers.step_clock import step_clock
 
 TWICE_AN_EPOCH = ("trainer.val_check_interval=0.5", "trainer.max_epochs=-1")  # the CPU recipe's cadence
 

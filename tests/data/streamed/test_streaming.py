@@ -12,8 +12,6 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from streamed_store import make_store
-from tiny import CORPUS
 from torch.utils.data import DataLoader
 
 from seq2seq.config import DataConfig
@@ -22,6 +20,8 @@ from seq2seq.data.streamed import build
 from seq2seq.data.streamed.batches import StreamedBatchSampler, StreamedPairs
 from seq2seq.data.streamed.shards import Store
 from seq2seq.inference.cli import _eval_set as eval_set
+from tests.helpers.streamed_store import make_store
+from tests.helpers.tiny import CORPUS
 
 MAX_TOKENS, MAX_LENGTH = 256, 64
 SHARDS = [(1, 1), (7, 3), (100_000, 64)]  # (pairs per shard, pairs per block)

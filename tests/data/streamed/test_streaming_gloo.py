@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-from streamed_store import make_store
-from test_streaming import MAX_LENGTH, interleaved
 from torch.utils.data import DataLoader
 
 from seq2seq.data.streamed.batches import StreamedBatchSampler, StreamedPairs
 from seq2seq.data.streamed.shards import Store
+from tests.data.streamed.test_streaming import MAX_LENGTH, interleaved
+from tests.helpers.streamed_store import make_store
 
 WORLD_SIZE, EPOCHS = 2, (0, 1)
 STORES = [  # (pairs, pairs per shard, pairs per block, token budget)

@@ -8,13 +8,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from compose import tiny_run
-from test_resume_world_size import STOP_AT, run_training
 
 from seq2seq.config import DataConfig, validated
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.data.sampler import BatchOrder
 from seq2seq.data.streamed.batches import StreamedBatchSampler
+from tests.helpers.compose import STOP_AT, run_training, tiny_run
 
 STREAMING = ("data.streaming=true", "data.shard_pairs=50")
 

@@ -9,9 +9,6 @@ from pathlib import Path
 import pytest
 import sentencepiece
 import transformers
-from compose import tiny_run
-from in_process import python
-from tiny import CORPUS
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from seq2seq.config import ConfigError
@@ -24,6 +21,9 @@ from seq2seq.formats.checkpoint import load_model
 from seq2seq.formats.export_folder import ExportError
 from seq2seq.inference.backends import open_model
 from seq2seq.launch.start import start_run
+from tests.helpers.compose import tiny_run
+from tests.helpers.in_process import python
+from tests.helpers.tiny import CORPUS
 
 SENTENCE = "¿Dónde está el baño? I can't find it."
 

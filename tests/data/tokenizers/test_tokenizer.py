@@ -18,7 +18,7 @@ from seq2seq.data.tokenizers.tokenizer import (
 )
 from seq2seq.model import Transformer
 
-TINY = Path(__file__).parent / "fixtures" / "tiny.tsv"
+TINY = Path(__file__).parents[2] / "fixtures" / "tiny.tsv"
 
 
 def _pairs() -> tuple[list[str], list[str]]:

@@ -7,10 +7,10 @@ import json
 
 import numpy as np
 import pytest
-from tiny import CORPUS
 
 from seq2seq.data.tokenizers.tokenizer import TranslationTokenizer
 from seq2seq.data.tokenizers.vocab_size import CANDIDATES, MergeTree, lengths, suggest
+from tests.helpers.tiny import CORPUS
 
 SMALL, LARGE = 400, 1200
 
