@@ -163,8 +163,8 @@ def until_eos(rows: torch.Tensor) -> list[list[int]]:
 
 
 def computed_elsewhere(folder: Path, request: dict, tmp_path: Path) -> dict:
-    """tests/helpers/load_exported.py's result for ``request`` on ``folder``, in an interpreter without seq2seq:
-    OTHER_PYTHON, or this one with -S and its site-packages but not their .pth files."""
+    """tests/helpers/load_exported.py's result for ``request`` on ``folder``, in an interpreter
+    without seq2seq: OTHER_PYTHON, or this one with -S and its site-packages but not their .pth files."""
     (tmp_path / "request.json").write_text(json.dumps({**request, "folder": str(folder)}), encoding="utf-8")
     isolated = [OTHER_PYTHON, "-I"] if OTHER_PYTHON else [sys.executable, "-I", "-S"]
     files = [str(tmp_path / "request.json"), str(tmp_path / "result.pt")]
