@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from itertools import combinations, pairwise
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +13,6 @@ import pytest
 import torch
 from torch._dynamo.testing import CompileCounterWithBackend
 
-from bench.data.padding import fitted_rungs
 from seq2seq.config import ConfigError, DataConfig, ModelConfig
 from seq2seq.data.batching import Batch, collate
 from seq2seq.data.datamodule import TranslationDataModule
@@ -97,19 +96,6 @@ def test_shape_rungs_that_do_not_climb_within_the_longest_length_are_refused(
         ConfigError, match=r"data.shape_rungs must climb from 2 to at most data.max_length \+ 1 = 65"
     ):
         replace(tiny_data_cfg, max_length=64, shape_rungs=rungs)
-
-
-def test_the_fitted_rungs_pad_least_of_all_ladders_of_their_size() -> None:
-    """``bench.data.padding``'s few-shape ladders: no other choice of rungs rounds the pairs up less."""
-    lengths = np.random.default_rng(0).geometric(0.15, size=400).clip(2, 12)
-    for count in (1, 2, 3, 4):
-        fitted = fitted_rungs(lengths, count, top=12)
-        assert len(fitted) == count and fitted[-1] == 12
-        best = min(
-            StaticShapes.of(11, 1024, rungs=(*low, 12)).rounded(lengths).sum()
-            for low in combinations(range(2, 12), count - 1)
-        )
-        assert StaticShapes.of(11, 1024, rungs=fitted).rounded(lengths).sum() == best
 
 
 @pytest.mark.parametrize("streaming", [False, True])

@@ -13,7 +13,6 @@ import pytest
 import torch
 from torch._dynamo.testing import CompileCounterWithBackend
 
-from bench.lib.training_step import static_batches as static_batches_of_the_bench
 from seq2seq.config import ModelConfig
 from seq2seq.data.batching import Batch, collate
 from seq2seq.data.static_shapes import StaticShapes
@@ -31,7 +30,6 @@ from seq2seq.training.captured_step import (
 from seq2seq.training.loss import LossSums, sequence_loss
 from seq2seq.training.optimizers import adamw
 from tests.helpers.compose import tiny_run
-from tests.helpers.tiny import CORPUS, tiny_tokenizer
 
 SHAPES = StaticShapes.of(max_length=20, max_tokens=128)
 
@@ -188,14 +186,3 @@ def test_the_inductor_compiled_step_trains_as_eager_on_a_cpu(tiny_model_cfg: Mod
     for (loss, nll, hits), (want_loss, want_nll, want_hits) in zip(got, expected, strict=True):
         assert loss == pytest.approx(want_loss, rel=1e-4) and nll == pytest.approx(want_nll, rel=1e-4)
         assert hits == want_hits
-
-
-def test_the_benchmarks_static_batches_have_the_runs_shapes() -> None:
-    """``bench.train.step --capture`` times batches as ``data.static_shapes`` makes them."""
-    pairs = [line.split("\t") for line in CORPUS.read_text(encoding="utf-8").splitlines()]
-    sources, targets = [source for source, _ in pairs], [target for _, target in pairs]
-    batches = static_batches_of_the_bench((tiny_tokenizer(), sources, targets), 256, 4)
-    assert len(batches) == 4 and len({batch.src.shape for batch in batches}) > 1
-    for batch in batches:
-        rows, length = batch.src.shape
-        assert batch.tgt_in.shape == (rows, length) and rows == 256 // length
