@@ -15,6 +15,7 @@ from seq2seq.inference.cli import main as translate_main
 from seq2seq.serving.cli import main as serve_main
 from tests.helpers.bad_input import KINDS, bad_checkpoint, one_line, run_as_user
 from tests.helpers.compose import ROOT
+from tests.helpers.in_process import python
 
 COMMANDS: dict[str, tuple[Callable[[list[str]], int], list[str]]] = {  # prog -> (main, argv after --ckpt)
     "translate.py": (translate_main, ["Hi."]),
@@ -61,7 +62,7 @@ def test_the_commands_themselves_print_that_line(
 )
 def test_a_moved_command_answers_at_its_old_name_with_a_notice(old: str, new: str) -> None:
     """Users' scripts call the old names: they run, and say where the command went."""
-    moved, current = run_as_user("-m", old, "--help"), run_as_user("-m", new, "--help")
+    moved, current = python("-m", old, "--help"), python("-m", new, "--help")
     assert moved.returncode == current.returncode == 0 and moved.stdout == current.stdout != ""
     assert one_line(moved.stderr) == (
         f"warning: python -m {old} has moved to python -m {new}; the old name goes in a later release"

@@ -101,7 +101,7 @@ def test_scores_are_printed_before_a_late_write_fails(
 
 
 def test_a_beam_wider_than_the_vocabulary_is_refused(checkpoint: Path, run_cli) -> None:
-    result = run_as_user(
+    result = python(
         str(ROOT / "translate.py"), "--ckpt", str(checkpoint), "--device", "cpu", "--beam", "9000", "Hi."
     )
     assert result.returncode == 2 and result.stdout == ""

@@ -10,7 +10,7 @@ import pytest
 from seq2seq.config import ConfigError, DataError
 from seq2seq.formats.run_directory import RunDirectory
 from seq2seq.launch.start import start_run
-from tests.helpers.bad_input import KINDS, bad_checkpoint, one_line, run_as_user
+from tests.helpers.bad_input import KINDS, bad_checkpoint, one_line
 from tests.helpers.compose import ROOT, tiny_run
 from tests.helpers.in_process import python
 
@@ -56,7 +56,7 @@ def test_a_config_error_keeps_the_directory_the_user_made_and_their_files(tmp_pa
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "tokenizer.json").write_text('{"mine": true}', encoding="utf-8")  # a name the run writes too
-    result = run_as_user(
+    result = python(
         str(ROOT / "train.py"), "experiment=tiny", f"hydra.run.dir={mine}", "optim.lr=-1",
         f"data.cache_dir={tmp_path / 'cache'}",
     )  # fmt: skip
@@ -73,11 +73,11 @@ def test_a_bad_optimizer_value_is_one_line_and_the_corrected_command_trains(tmp_
         str(ROOT / "train.py"), "experiment=tiny", f"hydra.run.dir={run_dir}", "trainer.max_steps=2",
         f"data.cache_dir={tmp_path / 'cache'}",
     ]  # fmt: skip
-    result = run_as_user(*argv, "optim.weight_decay=-1")
+    result = python(*argv, "optim.weight_decay=-1")
     assert result.returncode == 1
     assert one_line(result.stderr) == "error: optim.weight_decay must be >= 0, got -1.0"
     assert not run_dir.exists()
-    result = run_as_user(*argv)
+    result = python(*argv)
     assert result.returncode == 0, result.stderr[-2000:]
     assert (run_dir / "checkpoints" / "best.ckpt").is_file()
 
