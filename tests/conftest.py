@@ -10,10 +10,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from compose import model_config
-from cpu_classes import CPU_CLASSES, fake_cpu
-from tiny import BLEU, CORPUS, STEP, tiny_tokenizer
-from trained import train_tiny_checkpoint
 
 from seq2seq.config import DataConfig, DecodeConfig, ModelConfig
 from seq2seq.formats.checkpoint import save_atomically, seq2seq_entry
@@ -23,6 +19,10 @@ from seq2seq.inference.translator import Translator
 from seq2seq.machine.hardware import threads_each
 from seq2seq.model import Transformer
 from seq2seq.training.module import MODEL_PREFIX
+from tests.helpers.compose import model_config
+from tests.helpers.cpu_classes import CPU_CLASSES, fake_cpu
+from tests.helpers.tiny import BLEU, CORPUS, STEP, tiny_tokenizer
+from tests.helpers.trained import MEMORISED_PAIRS, train_tiny_checkpoint
 
 FILES_SHOWN = 10  # the slowest test files, listed after the slowest tests
 
@@ -168,9 +168,6 @@ def built_once(factory: pytest.TempPathFactory, name: str, build: Callable[[Path
 def trained_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A checkpoint of the tiny model trained on ``fixtures/tiny.tsv`` (see ``trained.py``)."""
     return built_once(tmp_path_factory, "trained", train_tiny_checkpoint)
-
-
-MEMORISED_PAIRS = 40
 
 
 @pytest.fixture(scope="session")

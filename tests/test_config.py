@@ -5,7 +5,6 @@ from dataclasses import asdict, fields, is_dataclass, replace
 from typing import get_type_hints
 
 import pytest
-from compose import CONFIGS, ROOT, compose_train
 from hydra.errors import ConfigCompositionException
 from omegaconf import DictConfig, OmegaConf
 
@@ -13,6 +12,7 @@ from seq2seq.config import ConfigError, DecodeConfig, ModelConfig, RunConfig, do
 from seq2seq.launch.composing import compose_run
 from seq2seq.launch.recipe import choose_recipe
 from seq2seq.model import Transformer
+from tests.helpers.compose import CONFIGS, ROOT, compose_train
 
 SCHEMAS = {f.name: f.default_factory for f in fields(RunConfig) if is_dataclass(f.default_factory)}
 EXPERIMENTS = sorted(path.stem for path in (CONFIGS / "experiment").glob("*.yaml"))

@@ -8,7 +8,8 @@ import ast
 from pathlib import Path
 
 import pytest
-from compose import ROOT
+
+from tests.helpers.compose import ROOT
 
 SEQ2SEQ = ROOT / "seq2seq"
 FORMATS = ["formats"]

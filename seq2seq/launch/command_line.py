@@ -15,7 +15,7 @@ OTHER_CONFIG = ("config_name", "config_path", "config_dir")  # flags that point 
 
 def hydra_parser() -> argparse.ArgumentParser:
     """The flags ``@hydra.main`` takes, read as its own parser reads them (which is Hydra's private
-    code: tests/test_recipe.py holds the two together)."""
+    code: tests/launch/test_recipe.py holds the two together)."""
     parser = argparse.ArgumentParser(add_help=False, description="Hydra")
     parser.add_argument("--help", "-h", action="store_true")
     parser.add_argument("--hydra-help", action="store_true")

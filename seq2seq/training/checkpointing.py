@@ -70,7 +70,7 @@ class InterruptBetweenBatches(pl.Callback):
 
     Python raises KeyboardInterrupt wherever the main thread happens to be. When that is a weakref
     callback or a ``__del__``, Python prints the exception and carries on, so the Ctrl-C is lost
-    and training continues (seen in tests/test_faults.py). Here the signal only sets a flag, and
+    and training continues (seen in tests/commands/test_faults.py). Here the signal only sets a flag, and
     the interrupt is raised between batches, where Lightning's handling calls :class:`SaveLast`
     and exits. Single-process runs only: DDP ranks must not stop at different batches.
     """

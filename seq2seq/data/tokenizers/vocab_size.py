@@ -2,7 +2,7 @@
 
 BPE learns its merges greedily, one at a time, so a tokenizer trained to V tokens is the first V
 tokens of one trained to more on the same text, and it encodes every sentence as the larger one's
-tokens split back along the merges made after the V-th token (tests/test_vocab_size.py checks
+tokens split back along the merges made after the V-th token (tests/data/tokenizers/test_vocab_size.py checks
 both). One training and one encoding of a sample thus give token counts and sentence lengths at
 every size.
 
