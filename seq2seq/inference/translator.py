@@ -162,9 +162,12 @@ class TranslatorBase(ABC):
             zip(constraints, sources, prefixes, limits, strict=True)
         ):
             where = f"input {first + i + 1}"
-            ids = self.tokenizer.encode_target([clean(phrase) for phrase in phrases]) if phrases else []
-            if any(not phrase for phrase in ids):
+            # a phrase as it stands after a space, as terms do inside a sentence (byte-level BPE
+            # spells a word's first token differently at the start of a text)
+            cleaned = [clean(phrase) for phrase in phrases]
+            if not all(cleaned):
                 raise TargetError(f"{where}: a constraint is empty")
+            ids = self.tokenizer.encode_target([" " + phrase for phrase in cleaned]) if phrases else []
             if phrases and not source:
                 raise TargetError(f"{where}: a constraint needs a source sentence")
             if any(UNK_ID in phrase for phrase in ids):

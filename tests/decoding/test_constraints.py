@@ -22,6 +22,8 @@ from seq2seq.serving.app import create_app
 from seq2seq.serving.batcher import DynamicBatcher
 from seq2seq.serving.service import Limits, TranslationService
 from tests.helpers.constrained_reference import Progress, reference_search
+from tests.helpers.tiny import CORPUS
+from tests.helpers.trained import MEMORISED_PAIRS
 
 SENTENCES = ["How are you?", "I like coffee.", "Tom is here.", "Where is the station, please?"]
 CONSTRAINTS = [["bien"], ["café", "mucho"], [], ["estación"]]
@@ -203,3 +205,17 @@ def test_the_server_takes_constraints(trained_ckpt: Path) -> None:
             refused = client.post("/translate", json=bad)
             assert refused.status_code == 422, refused.text
             assert words in refused.json()["error"]
+
+
+def test_a_term_the_translation_already_has_inside_it_changes_nothing(memorised_ckpt: Path) -> None:
+    """A phrase is matched as a word inside a sentence is spelled (after a space): a term the
+    search finds on its own is met where it stands, not forced a second time or glued to a word."""
+    translator = open_model(memorised_ckpt, device="cpu", dtype="float32").translator
+    cfg = translator.decode_cfg_with(beam=4)
+    pairs = [line.split("\t") for line in CORPUS.read_text().splitlines()[:MEMORISED_PAIRS]]
+    sources = [english for english, spanish in pairs if len(spanish.split()) > 3][:10]
+    plain = [best.text for best, *_ in translator.translate(sources, cfg)]
+    terms = [[text.split()[1]] for text in plain]  # a word inside each translation
+    assert len(sources) == 10 and all(len(text.split()) > 2 for text in plain)
+    constrained = [best.text for best, *_ in translator.translate(sources, cfg, constraints=terms)]
+    assert constrained == plain
