@@ -50,6 +50,20 @@ class Beams:
     threshold: Tensor  # (n,) score a hypothesis needs to enter the n-best; -inf until nbest finished
     last_penalty: Tensor  # (n,) the length penalty at the length limit, the largest a sentence can reach
 
+    @staticmethod
+    def start(limits: Tensor, alpha: float) -> Beams:
+        """One live beam per sentence, nothing emitted, until the first step branches it into K."""
+        batch, device = limits.size(0), limits.device
+        return Beams(
+            rows=torch.arange(batch, device=device),
+            limits=limits,
+            scores=torch.zeros(batch, 1, device=device),
+            tokens=torch.empty(batch, 0, dtype=torch.long, device=device),
+            n_finished=torch.zeros(batch, dtype=torch.long, device=device),
+            threshold=torch.full((batch,), float("-inf"), device=device),
+            last_penalty=length_penalty(limits.float(), alpha),
+        )
+
     def keep(self, index: Tensor) -> tuple[Beams, Tensor]:
         """Only the sentences at ``index`` (n',); also returns their beam rows (n'·K,)."""
         k = self.scores.size(1)
@@ -176,15 +190,7 @@ def beam_search(
     k, batch, device = cfg.beam_size, src.size(0), src.device
     steps, limits = start_steps(model, src, cfg, candidates, prefixes, decoders)
     special = steps.special
-    beams = Beams(  # one live beam per sentence until the first step branches it into K
-        rows=torch.arange(batch, device=device),
-        limits=limits,
-        scores=torch.zeros(batch, 1, device=device),
-        tokens=torch.empty(batch, 0, dtype=torch.long, device=device),
-        n_finished=torch.zeros(batch, dtype=torch.long, device=device),
-        threshold=torch.full((batch,), float("-inf"), device=device),
-        last_penalty=length_penalty(limits.float(), cfg.length_penalty),
-    )
+    beams = Beams.start(limits, cfg.length_penalty)
     finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
     last = torch.full((batch,), special.bos, dtype=torch.long, device=device)
     for t in range(int(beams.limits.max())):

@@ -210,15 +210,7 @@ def _search(
     steps, limits = start_steps(model, src, cfg, candidates, prefixes)
     eos = steps.special.eos
     phrases, lengths = _phrase_tensors(constraints, device)
-    beams = Beams(  # one live beam per sentence until the first step branches it into K
-        rows=torch.arange(batch, device=device),
-        limits=limits,
-        scores=torch.zeros(batch, 1, device=device),
-        tokens=torch.empty(batch, 0, dtype=torch.long, device=device),
-        n_finished=torch.zeros(batch, dtype=torch.long, device=device),
-        threshold=torch.full((batch,), float("-inf"), device=device),
-        last_penalty=length_penalty(limits.float(), cfg.length_penalty),
-    )
+    beams = Beams.start(limits, cfg.length_penalty)
     no_phrase = torch.full((batch,), -1, dtype=torch.long, device=device)
     state = _State(beams, lengths == 0, no_phrase, torch.zeros_like(no_phrase), phrases, lengths)
     finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
