@@ -5,7 +5,7 @@ Hydra reports a misspelt key, a value of the wrong type or an unknown group opti
 lines that end in its ``HYDRA_FULL_ERROR`` hint. :func:`compose_jobs` composes every job of a
 launch once (a sweep: every value once), turns each such error into one line that names the key
 and the allowed values or the nearest key, and checks each job's values against the rules of
-``seq2seq/config.py``; what it cannot explain is Hydra's own message.
+``seq2seq/config/``; what it cannot explain is Hydra's own message.
 """
 
 from __future__ import annotations

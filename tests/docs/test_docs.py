@@ -3,7 +3,7 @@
 Every shell command in README.md and docs/*.md, in a fenced block or an inline code span. A
 ``train.py`` command (also after ``torchrun ...`` or ``srun``), and an override shown on its own
 (`` `optim.lr=1e-3` ``), has its config composed as ``train.py`` composes it, the hardware's recipe
-included, every job of a sweep; a training run must also pass the rules of ``seq2seq/config.py``,
+included, every job of a sweep; a training run must also pass the rules of ``seq2seq/config/``,
 unless its paragraph shows the error it gets (`` `error: ...` ``), which must then be that error.
 A ``translate.py``, ``serve.py``, ``python -m seq2seq.export`` or ``python -m seq2seq.training.average``
 command in a fenced block is parsed by that command's own parser; one in prose, often a fragment

@@ -1,4 +1,4 @@
-"""docs/configuration.md's tables, rendered from the schemas (``seq2seq/config.py``), the group
+"""docs/configuration.md's tables, rendered from the schemas (``seq2seq/config/``), the group
 options (``configs/``) and the width records (``docs/records/``), so that each fact keeps its one
 owner: a key's type, default and meaning are its schema field and that field's comment.
 
