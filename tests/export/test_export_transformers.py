@@ -16,7 +16,8 @@ from seq2seq.config import DecodeConfig
 from seq2seq.data.tokenizers.tokenizer import BOS_ID, EOS_ID, PAD_ID, TranslationTokenizer
 from seq2seq.decoding.steps import output_limits
 from seq2seq.export.__main__ import main as export_main
-from seq2seq.export.to_transformers import export_to_transformers, residual_permutation
+from seq2seq.export.marian_pegasus import residual_permutation
+from seq2seq.export.to_transformers import export_to_transformers
 from seq2seq.formats.checkpoint import load_model, save_atomically, seq2seq_entry
 from seq2seq.inference.backends import open_model
 from seq2seq.inference.cli import main as translate_main
@@ -77,12 +78,12 @@ def test_without_the_feature_permutation_the_logits_differ(
     trained_ckpt: Path, exported: Path, ours: Translator
 ) -> None:
     """The permutation is what makes the function equal (so the test above can fail)."""
-    from seq2seq.export import to_transformers
+    from seq2seq.export import marian_pegasus
 
     model = transformers.AutoModelForSeq2SeqLM.from_pretrained(exported).eval()
     with pytest.MonkeyPatch.context() as unpermuted:
-        unpermuted.setattr(to_transformers, "residual_permutation", lambda d: torch.arange(d))
-        model.load_state_dict(to_transformers.hf_state_dict(load_model(trained_ckpt).model), strict=False)
+        unpermuted.setattr(marian_pegasus, "residual_permutation", lambda d: torch.arange(d))
+        model.load_state_dict(marian_pegasus.hf_state_dict(load_model(trained_ckpt).model), strict=False)
     mine, theirs, real = teacher_forced_logits(model, ours, SOURCES[:8])
     assert (mine - theirs)[real].abs().max().item() > 1.0
     assert residual_permutation(8).tolist() == [0, 2, 4, 6, 1, 3, 5, 7]
