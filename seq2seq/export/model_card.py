@@ -76,11 +76,11 @@ def _loading(choice: Choice) -> list[str]:
         return [why, "", "```python"]
     why = (
         f"No class of transformers computes this model exactly ({choice.reason}), so the folder carries "
-        f"seq2seq's own, `{choice.class_name}`, in `modeling_seq2seq.py` and `configuration_seq2seq.py` "
-        "(named by `auto_map` in `config.json`). With seq2seq installed, `import seq2seq.hf` registers "
-        "it and the Auto classes load the folder with no flag; without seq2seq, pass "
-        "`trust_remote_code=True` to both `from_pretrained` calls (the tokenizer's reads `config.json` "
-        "too), which runs those two files: read them first."
+        f"seq2seq's own, `{choice.class_name}`, in `modeling_seq2seq.py`, `layers_seq2seq.py` and "
+        "`configuration_seq2seq.py` (named by `auto_map` in `config.json`). With seq2seq installed, "
+        "`import seq2seq.hf` registers it and the Auto classes load the folder with no flag; without "
+        "seq2seq, pass `trust_remote_code=True` to both `from_pretrained` calls (the tokenizer's reads "
+        "`config.json` too), which runs those three files: read them first."
     )
     return [
         why,

@@ -8,7 +8,7 @@ code (:mod:`seq2seq.export.marian_pegasus` puts our weights on them).
 
 Every other model (a SwiGLU feed-forward, learned positions, pre-norm with untied embeddings)
 becomes seq2seq's own class (:mod:`seq2seq.hf`), whose weights carry our own names
-(:func:`own_state_dict`); the folder holds its two source files and an ``auto_map``, so it loads
+(:func:`own_state_dict`); the folder holds its source files and an ``auto_map``, so it loads
 with ``trust_remote_code=True`` where seq2seq is not installed, and after ``import seq2seq.hf``
 where it is.
 """
@@ -191,6 +191,8 @@ def _code_reference(cls: type) -> str:
 
 
 def save_own_code(directory: Path, model) -> None:
-    """The source files of ``model``'s class and config class, which ``auto_map`` names."""
-    for cls in (type(model), type(model.config)):
-        shutil.copyfile(inspect.getfile(cls), directory / Path(inspect.getfile(cls)).name)
+    """The source files of ``model``'s class: its folder's modules (the class, its layers and its
+    config, which ``auto_map`` names), which import one another and no seq2seq."""
+    for source in sorted(Path(inspect.getfile(type(model))).parent.glob("*.py")):
+        if source.name != "__init__.py":
+            shutil.copyfile(source, directory / source.name)

@@ -18,7 +18,7 @@ from seq2seq.model.rms_norm import RMSNorm
 
 # SDPA's GPU kernels in order of preference, cuDNN's left out (see fast_attention).
 GPU_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
-QK_NORM_EPS = 1e-5  # nn.LayerNorm's; seq2seq/hf/modeling_seq2seq.py, which imports no seq2seq, repeats it
+QK_NORM_EPS = 1e-5  # nn.LayerNorm's; seq2seq/hf/layers_seq2seq.py, which imports no seq2seq, repeats it
 
 
 def padding_mask(ids: Tensor, pad_id: int) -> Tensor:

@@ -96,7 +96,9 @@ def test_the_default_runs_model_gets_the_own_class_and_the_command_says_why(
         "AutoConfig": "configuration_seq2seq.Seq2SeqTransformerConfig",
         "AutoModelForSeq2SeqLM": f"modeling_seq2seq.{OWN}",
     }
-    for name in ("configuration_seq2seq.py", "modeling_seq2seq.py"):
+    shipped = sorted(path.name for path in out.glob("*.py"))
+    assert shipped == ["configuration_seq2seq.py", "layers_seq2seq.py", "modeling_seq2seq.py"]
+    for name in shipped:
         code = (out / name).read_text(encoding="utf-8")
         assert code == (ROOT / "seq2seq" / "hf" / name).read_text(encoding="utf-8")
         assert imported_packages(code) <= {"__future__", "math", "torch", "transformers", "."}, name
