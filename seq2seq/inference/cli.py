@@ -34,7 +34,8 @@ from seq2seq.inference.alignment import AlignmentError, align, format_table, sav
 from seq2seq.inference.backends import EnsembleError, open_model
 from seq2seq.inference.cli_options import PROG, build_parser, checked_overrides
 from seq2seq.inference.evaluation import evaluate, format_scores, read_eval_pairs
-from seq2seq.inference.translator import TargetError, Translation, Translator, TranslatorBase
+from seq2seq.inference.targets import TargetError
+from seq2seq.inference.translator import Translation, Translator, TranslatorBase
 from seq2seq.machine.hardware import DeviceError, compile_blocker
 
 EXPECTED_ERRORS = (
