@@ -24,7 +24,7 @@ from torch import Tensor
 from seq2seq.config import DecodeConfig
 from seq2seq.decoding.captured_steps import Decoders
 from seq2seq.decoding.scorers import Models, start_steps
-from seq2seq.decoding.steps import Hypothesis, length_penalty, top_log_probs
+from seq2seq.decoding.steps import Hypothesis, length_penalty
 
 
 class _Candidates(NamedTuple):
@@ -78,6 +78,12 @@ class Beams:
             self.last_penalty[index],
         )
         return kept, beam_rows
+
+
+def _top_log_probs(logprobs: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """Each row's ``k`` best next tokens and their log-probabilities (of
+    :meth:`~seq2seq.decoding.steps.Steps.log_probs`), best first. (N, V) -> values (N, k), tokens (N, k)."""
+    return logprobs.topk(min(k, logprobs.size(-1)), dim=-1)
 
 
 def _expand(scores: Tensor, top: tuple[Tensor, Tensor], beam_size: int) -> _Candidates:
@@ -194,7 +200,7 @@ def beam_search(
     finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
     last = torch.full((batch,), special.bos, dtype=torch.long, device=device)
     for t in range(int(beams.limits.max())):
-        top = top_log_probs(steps.log_probs(last, t, cfg), 2 * k)
+        top = _top_log_probs(steps.log_probs(last, t, cfg), 2 * k)
         cand = _expand(beams.scores, top, k)
         _finish_eos(finished, beams, cand, t, cfg, special.eos)
         beams, parents = _prune(beams, cand, k, special.eos)

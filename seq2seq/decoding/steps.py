@@ -150,12 +150,6 @@ def next_log_probs(logits: Tensor, step: int, cfg: DecodeConfig, special: Specia
     return logprobs
 
 
-def top_log_probs(logprobs: Tensor, k: int) -> tuple[Tensor, Tensor]:
-    """Each row's ``k`` best next tokens and their log-probabilities (of :meth:`Steps.log_probs`),
-    best first. (N, V) -> values (N, k), tokens (N, k)."""
-    return logprobs.topk(min(k, logprobs.size(-1)), dim=-1)
-
-
 def restricted_generator(generator: nn.Module, rows: Tensor) -> Callable[[Tensor], Tensor]:
     """The output projection to the vocabulary types at ``rows`` (C,) only: (N, D) -> (N, C)."""
     if isinstance(generator, Int8Linear):

@@ -110,7 +110,7 @@ def translate_with_attention(
     if not source:
         raise ValueError("cannot show the attention of an empty sentence")
     cfg = cfg or translator.decode_cfg
-    forced = translator.encode_prefixes([prefix], [source], cfg)
+    forced, _ = translator.encode_targets([source], cfg, [prefix])
     best = translator.search_prefixed([source], cfg, forced)[0][0]
     translation = Translation(one_line(translator.tokenizer.decode_target([best.tokens])[0]), best.score)
     return translation, sentence_attention(translator.model, translator.tokenizer, source, best.tokens)

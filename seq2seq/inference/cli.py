@@ -18,7 +18,6 @@ import stat
 import sys
 import time
 from collections.abc import Iterable
-from pathlib import Path
 from typing import TextIO
 
 from tqdm import tqdm
@@ -33,8 +32,9 @@ from seq2seq.formats.output_file import OutputError, check_writable, output
 from seq2seq.inference.alignment import AlignmentError, align, format_table, save_heatmap
 from seq2seq.inference.backends import EnsembleError, open_model
 from seq2seq.inference.cli_options import PROG, build_parser, checked_overrides
-from seq2seq.inference.evaluation import evaluate, format_scores, read_eval_pairs
-from seq2seq.inference.translator import TargetError, Translation, Translator, TranslatorBase
+from seq2seq.inference.evaluation import eval_set, evaluate, format_scores, metrics_record
+from seq2seq.inference.targets import TargetError
+from seq2seq.inference.translator import Translation, Translator, TranslatorBase
 from seq2seq.machine.hardware import DeviceError, compile_blocker
 
 EXPECTED_ERRORS = (
@@ -67,26 +67,6 @@ def _stdin_is_file() -> bool:
         return False
 
 
-def _eval_set(spec: str, data_cfg: DataConfig) -> tuple[list[str], list[list[str]]]:
-    """Sources and references of ``--eval``: a split rebuilt from the data config, or a TSV of pairs."""
-    split = spec in ("test", "valid")
-    if not split and not Path(spec).is_file():
-        raise DataError(f"--eval {spec}: not 'test', 'valid' or an existing file")
-    try:
-        if split:
-            from seq2seq.data import corpus
-            from seq2seq.data.streamed import build  # datasets: seconds to import, only needed here
-
-            # the same grouped split training validated on
-            if data_cfg.streaming:
-                return corpus.references(build.held_out_text(data_cfg)[spec])
-            return corpus.references(corpus.held_out_split(data_cfg, spec))
-        columns = list(data_cfg.columns)
-        return read_eval_pairs(spec, columns.index(data_cfg.source_lang), columns.index(data_cfg.target_lang))
-    except OSError as err:  # the file, the corpus or its cache cannot be opened or written
-        raise DataError(str(err)) from err
-
-
 def _translate_lines(
     translator: TranslatorBase,
     lines: Iterable[str],
@@ -113,44 +93,53 @@ def _translate_lines(
     out.flush()
 
 
-def _show_attention(translator: Translator, sentence: str, args: argparse.Namespace, out: TextIO) -> None:
+def _show_attention(translator: Translator, sentence: str, table: bool, png: str | None, out: TextIO) -> None:
+    """``--show-attention``'s table on ``out`` and ``--attention-png``'s heatmap of one sentence."""
     alignment = align(translator, sentence)
-    if args.show_attention:
+    if table:
         out.write(format_table(alignment) + "\n")
-    if args.attention_png:
-        save_heatmap(alignment, args.attention_png)
+    if png:
+        save_heatmap(alignment, png)
 
 
-def _interactive(translator: TranslatorBase, args: argparse.Namespace, out: TextIO) -> None:
+def _interactive(
+    translator: TranslatorBase, out: TextIO, with_scores: bool, tsv: bool, in_order: bool, table: bool
+) -> None:
+    """Each line read from the prompt, translated at once (with its attention table when ``table``)."""
     prompt = "> " if sys.stdin.isatty() else ""  # piped input gets clean output
     while True:
         try:
             line = input(prompt)
         except EOFError:
             return
-        _translate_lines(
-            translator, [line], args.nbest is not None, out, tsv=args.tsv, in_order=args.constraints_in_order
-        )
-        if line.strip() and args.show_attention:
-            _show_attention(translator, line, args, out)
+        _translate_lines(translator, [line], with_scores, out, tsv=tsv, in_order=in_order)
+        if line.strip() and table:
+            _show_attention(translator, line, True, None, out)
 
 
-def _metrics(spec: str, translator: TranslatorBase, reason: str, scores: dict, seconds: float) -> dict:
-    """What ``--metrics-out`` writes: one evaluation, with the numerics it ran in."""
-    cfg = translator.decode_cfg
-    return {
-        "eval": spec,
-        "sentences": scores["count"],
-        "beam": cfg.beam_size,
-        "sampling": cfg.sampling,
-        "compute": translator.compute,
-        "compute_reason": reason,
-        "bleu": round(scores["bleu"], 2),
-        "chrf": round(scores["chrf"], 2),
-        "bleu_signature": scores["bleu_signature"],
-        "chrf_signature": scores["chrf_signature"],
-        "seconds": round(seconds, 1),
-    }
+def _evaluate(
+    translator: TranslatorBase,
+    reason: str,
+    spec: str,
+    data_cfg: DataConfig,
+    hypotheses_path: str | None,
+    metrics_path: str | None,
+) -> None:
+    """``--eval``: the scores on stdout first (a file that fails to write must not take them with it),
+    then the hypotheses to ``--output`` and the record to ``--metrics-out``."""
+    sources, references = eval_set(spec, data_cfg)
+    started = time.perf_counter()
+    evaluation = evaluate(translator, sources, references)
+    record = metrics_record(spec, translator, reason, evaluation.scores, time.perf_counter() - started)
+    with output(None) as out:
+        out.write(format_scores(evaluation.scores) + f"\ncompute = {translator.compute} ({reason})\n")
+        out.flush()
+    if hypotheses_path:
+        with output(hypotheses_path) as out:
+            out.writelines(text + "\n" for text in evaluation.hypotheses)
+    if metrics_path:
+        with output(metrics_path, "--metrics-out") as out:
+            json.dump(record, out, indent=1)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -177,39 +166,22 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError(f"--beam {args.beam} is more than the target vocabulary's {vocabulary} tokens")
     if args.capture:
         _check_capture(translator)
+    with_scores = args.nbest is not None
     if args.interactive:
         with output(None) as out:
-            _interactive(translator, args, out)
+            _interactive(
+                translator, out, with_scores, args.tsv, args.constraints_in_order, args.show_attention
+            )
         return 0
     if args.eval:
-        sources, references = _eval_set(args.eval, facts.data_config)
-        started = time.perf_counter()
-        evaluation = evaluate(translator, sources, references)
-        metrics = _metrics(args.eval, translator, reason, evaluation.scores, time.perf_counter() - started)
-        scores = format_scores(evaluation.scores) + f"\ncompute = {translator.compute} ({reason})\n"
-        with output(None) as out:  # first: a file that fails to write must not take the scores with it
-            out.write(scores)
-            out.flush()
-        if args.output:
-            with output(args.output) as out:
-                out.writelines(text + "\n" for text in evaluation.hypotheses)
-        if args.metrics_out:
-            with output(args.metrics_out, "--metrics-out") as out:
-                json.dump(metrics, out, indent=1)
+        _evaluate(translator, reason, args.eval, facts.data_config, args.output, args.metrics_out)
         return 0
     with output(args.output) as out:
         progress = not args.sentences and _stdin_is_file()  # a pipe or a terminal gets no bar
-        _translate_lines(
-            translator,
-            args.sentences or sys.stdin,
-            args.nbest is not None,
-            out,
-            progress,
-            args.tsv,
-            args.constraints_in_order,
-        )
+        lines = args.sentences or sys.stdin
+        _translate_lines(translator, lines, with_scores, out, progress, args.tsv, args.constraints_in_order)
         for sentence in args.sentences if (args.show_attention or args.attention_png) else []:
-            _show_attention(translator, sentence, args, out)
+            _show_attention(translator, sentence, args.show_attention, args.attention_png, out)
     return 0
 
 

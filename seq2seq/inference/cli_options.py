@@ -164,7 +164,7 @@ def checked_overrides(args: argparse.Namespace) -> DecodeOverrides:
         raise UsageError("--metrics-out needs --eval")
     if args.constraints_in_order and not args.tsv:
         raise UsageError("--constraints-in-order needs --tsv: the phrases come in its columns")
-    check_shortlist_argument(args)
+    check_shortlist_argument(args.shortlist, args.ckpt)
     return DecodeOverrides(
         beam=args.beam or (1 if args.greedy else None), nbest=args.nbest or 1, max_len=args.max_len,
         sample=args.sample, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,

@@ -1,4 +1,5 @@
-"""Corpus BLEU and chrF with sacrebleu, against every reference each source has.
+"""Corpus BLEU and chrF with sacrebleu, against every reference each source has; the pairs
+``translate.py --eval`` reads and the record its ``--metrics-out`` writes.
 
 Tatoeba-style corpora give one source several translations, a different number each.
 sacrebleu takes references as parallel streams; a source with fewer references than the
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from sacrebleu.metrics import BLEU, CHRF
 
-from seq2seq.config import DataError
+from seq2seq.config import DataConfig, DataError
 
 if TYPE_CHECKING:
     from seq2seq.inference.translator import TranslatorBase
@@ -101,6 +102,24 @@ def format_scores(scores: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def metrics_record(spec: str, translator: TranslatorBase, reason: str, scores: dict, seconds: float) -> dict:
+    """What ``translate.py --metrics-out`` writes: one evaluation, with the numerics it ran in."""
+    cfg = translator.decode_cfg
+    return {
+        "eval": spec,
+        "sentences": scores["count"],
+        "beam": cfg.beam_size,
+        "sampling": cfg.sampling,
+        "compute": translator.compute,
+        "compute_reason": reason,
+        "bleu": round(scores["bleu"], 2),
+        "chrf": round(scores["chrf"], 2),
+        "bleu_signature": scores["bleu_signature"],
+        "chrf_signature": scores["chrf_signature"],
+        "seconds": round(seconds, 1),
+    }
+
+
 def read_eval_pairs(
     path: str | Path, src_column: int = 0, ref_column: int = 1
 ) -> tuple[list[str], list[list[str]]]:
@@ -126,3 +145,24 @@ def read_eval_pairs(
     if not grouped:
         raise DataError(f"{path} holds no sentence pairs")
     return list(grouped), list(grouped.values())
+
+
+def eval_set(spec: str, data_cfg: DataConfig) -> tuple[list[str], list[list[str]]]:
+    """Sources and references of ``translate.py --eval``: a split rebuilt from the data config, or a TSV
+    of pairs laid out as ``data.columns``."""
+    split = spec in ("test", "valid")
+    if not split and not Path(spec).is_file():
+        raise DataError(f"--eval {spec}: not 'test', 'valid' or an existing file")
+    try:
+        if split:
+            from seq2seq.data import corpus
+            from seq2seq.data.streamed import build  # datasets: seconds to import, only needed here
+
+            # the same grouped split training validated on
+            if data_cfg.streaming:
+                return corpus.references(build.held_out_text(data_cfg)[spec])
+            return corpus.references(corpus.held_out_split(data_cfg, spec))
+        columns = list(data_cfg.columns)
+        return read_eval_pairs(spec, columns.index(data_cfg.source_lang), columns.index(data_cfg.target_lang))
+    except OSError as err:  # the file, the corpus or its cache cannot be opened or written
+        raise DataError(str(err)) from err

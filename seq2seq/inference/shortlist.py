@@ -54,9 +54,9 @@ def add_shortlist_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def check_shortlist_argument(args: argparse.Namespace) -> None:
-    """Refuse ``--shortlist`` with ``--model`` before anything is loaded."""
-    if args.shortlist is not None and not args.ckpt:
+def check_shortlist_argument(shortlist: str | None, ckpt: str | list[str] | None) -> None:
+    """Refuse ``--shortlist`` (``shortlist``) with ``--model`` (no ``ckpt``) before anything is loaded."""
+    if shortlist is not None and not ckpt:
         raise UsageError("--shortlist needs --ckpt: an exported model decodes over its whole vocabulary")
 
 

@@ -28,13 +28,14 @@ import torch
 
 from seq2seq.config import DataConfig, DecodeConfig
 from seq2seq.data.batching import pack, pad_ids
-from seq2seq.data.tokenizers.tokenizer import EOS_ID, UNK_ID, TranslationTokenizer
+from seq2seq.data.tokenizers.tokenizer import EOS_ID, TranslationTokenizer
 from seq2seq.decoding import Hypothesis, generate
 from seq2seq.decoding.captured_steps import Decoders
 from seq2seq.decoding.overrides import DecodeOverrides
 from seq2seq.decoding.scorers import Models, members
 from seq2seq.decoding.shortlist import Shortlist
 from seq2seq.decoding.steps import limits_of_lengths
+from seq2seq.inference.targets import TargetError, phrase_ids, prefix_ids
 from seq2seq.machine.hardware import DeviceError
 from seq2seq.model import Transformer
 from seq2seq.model.int8 import INT8, quantize_decoder
@@ -43,10 +44,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_BATCH_TOKENS = DataConfig.eval_max_tokens  # padded source tokens per batch, as in validation
 CHUNK_LINES = 10_000  # lines read, sorted and decoded together when streaming
-
-
-class TargetError(ValueError):
-    """A target prefix the search cannot honour; one line for the user (exit 2, HTTP 422)."""
 
 
 @dataclass(frozen=True)
@@ -141,66 +138,27 @@ class TranslatorBase(ABC):
         containing each phrase of its ``constraints`` (in their order when ``constraints_in_order``)."""
         raise TargetError("a target prefix or constraint needs a checkpoint (--ckpt), not an export")
 
-    def encode_constraints(
+    def encode_targets(
         self,
-        constraints: list[list[str]],
         sources: list[list[int]],
-        prefixes: list[list[int]],
         cfg: DecodeConfig,
+        prefixes: list[str] | None = None,
+        constraints: list[list[str]] | None = None,
         first: int = 0,
-    ) -> list[list[list[int]]]:
-        """Target ids of each text's phrases, checked: beam search only, no empty phrase, and room for
-        the phrases after the prefix within the output limit. A bad one is a :class:`TargetError`."""
-        if any(constraints) and (cfg.beam_size == 1 or cfg.sampling):
-            raise TargetError(
-                "constraints need beam search (--beam 2 or more), not greedy search or sampling"
-            )
+    ) -> tuple[list[list[int]], list[list[list[int]]]]:
+        """Target ids of each input's prefix and constraint phrases ([] for none), cleaned and checked
+        against its source's output limit (:mod:`seq2seq.inference.targets`); ``first`` numbers the
+        inputs in messages. A bad one is a :class:`TargetError`."""
         lengths = torch.tensor([len(source) for source in sources], dtype=torch.long)
         limits = limits_of_lengths(lengths, cfg, self.max_positions).tolist()
-        encoded = []
-        for i, (phrases, source, prefix, limit) in enumerate(
-            zip(constraints, sources, prefixes, limits, strict=True)
-        ):
-            where = f"input {first + i + 1}"
-            # a phrase as it stands after a space, as terms do inside a sentence (byte-level BPE
-            # spells a word's first token differently at the start of a text)
-            cleaned = [clean(phrase) for phrase in phrases]
-            if not all(cleaned):
-                raise TargetError(f"{where}: a constraint is empty")
-            ids = self.tokenizer.encode_target([" " + phrase for phrase in cleaned]) if phrases else []
-            if phrases and not source:
-                raise TargetError(f"{where}: a constraint needs a source sentence")
-            if any(UNK_ID in phrase for phrase in ids):
-                raise TargetError(f"{where}: a constraint has characters the target vocabulary lacks")
-            needed = len(prefix) + sum(len(phrase) for phrase in ids)
-            if needed > limit:
-                raise TargetError(
-                    f"{where}: its prefix and constraints have {needed} tokens, more than the {limit} its "
-                    "output may have (raise the output limit: --max-len, max_len)"
-                )
-            encoded.append(ids)
-        return encoded
-
-    def encode_prefixes(
-        self, prefixes: list[str], sources: list[list[int]], cfg: DecodeConfig, first: int = 0
-    ) -> list[list[int]]:
-        """Target ids of each prefix ([] for a blank one), checked against its source's output limit;
-        ``first`` numbers the inputs in messages. A bad prefix is a :class:`TargetError`."""
-        encoded = self.tokenizer.encode_target([clean(prefix) for prefix in prefixes])
-        lengths = torch.tensor([len(source) for source in sources], dtype=torch.long)
-        limits = limits_of_lengths(lengths, cfg, self.max_positions).tolist()
-        for i, (ids, source, limit) in enumerate(zip(encoded, sources, limits, strict=True)):
-            where = f"input {first + i + 1}"
-            if ids and not source:
-                raise TargetError(f"{where}: a target prefix needs a source sentence")
-            if UNK_ID in ids:
-                raise TargetError(f"{where}: the target prefix has characters the target vocabulary lacks")
-            if len(ids) > limit:
-                raise TargetError(
-                    f"{where}: the target prefix has {len(ids)} tokens, more than the {limit} its output may "
-                    "have (raise the output limit: --max-len, max_len)"
-                )
-        return encoded
+        forced: list[list[int]] = [[] for _ in sources]
+        if prefixes is not None:
+            starts = [clean(prefix) for prefix in prefixes]
+            forced = prefix_ids(self.tokenizer, starts, sources, limits, first)
+        if constraints is None:
+            return forced, [[] for _ in sources]
+        cleaned = [[clean(phrase) for phrase in phrases] for phrases in constraints]
+        return forced, phrase_ids(self.tokenizer, cleaned, sources, forced, limits, cfg, first)
 
     def _translate_chunk(
         self,
@@ -212,12 +170,7 @@ class TranslatorBase(ABC):
         constraints_in_order: bool = False,
     ) -> list[list[Translation]]:
         sources = self.encode(texts)
-        forced = (
-            [[]] * len(texts) if prefixes is None else self.encode_prefixes(prefixes, sources, cfg, first)
-        )
-        phrases = [[]] * len(texts)
-        if constraints is not None:
-            phrases = self.encode_constraints(constraints, sources, forced, cfg, first)
+        forced, phrases = self.encode_targets(sources, cfg, prefixes, constraints, first)
         results = [[Translation("", 0.0)] for _ in texts]  # what blank inputs keep
         for batch in token_budget_batches(sources, self.batch_tokens):
             rows = batch.tolist()

@@ -101,7 +101,7 @@ def _check(args: argparse.Namespace) -> None:
             raise UsageError(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port must be in 0..65535, got {args.port}")
-    check_shortlist_argument(args)
+    check_shortlist_argument(args.shortlist, args.ckpt)
     for name in ("max_wait_ms", "graceful_timeout"):
         if not 0 <= getattr(args, name) < math.inf:  # NaN too
             raise UsageError(

@@ -17,7 +17,8 @@ from torch import Tensor
 from seq2seq.config import ConfigError, DecodeConfig
 from seq2seq.formats.checkpoint import ModelFacts
 from seq2seq.inference.attention_views import AttentionKind, translate_with_attention
-from seq2seq.inference.translator import TargetError, TranslatorBase
+from seq2seq.inference.targets import TargetError
+from seq2seq.inference.translator import TranslatorBase
 from seq2seq.serving.batcher import DynamicBatcher
 from seq2seq.serving.schemas import (
     MAX_BEAM,
@@ -99,8 +100,7 @@ class TranslationService:
             raise InputError(422, "a target prefix or constraint needs a checkpoint (--ckpt), not an export")
         try:
             sources = self.translator.encode(texts)
-            forced = self.translator.encode_prefixes(prefixes, sources, cfg)
-            self.translator.encode_constraints(constraints, sources, forced, cfg)
+            self.translator.encode_targets(sources, cfg, prefixes, constraints)
         except TargetError as err:
             raise InputError(422, str(err)) from err
 

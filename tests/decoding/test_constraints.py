@@ -17,7 +17,8 @@ from seq2seq.decoding import beam_search, generate
 from seq2seq.decoding.constrained import constrained_search
 from seq2seq.decoding.scorers import prefix_tensor
 from seq2seq.inference.backends import open_model
-from seq2seq.inference.translator import DEFAULT_BATCH_TOKENS, TargetError, Translator
+from seq2seq.inference.targets import TargetError
+from seq2seq.inference.translator import DEFAULT_BATCH_TOKENS, Translator
 from seq2seq.serving.app import create_app
 from seq2seq.serving.batcher import DynamicBatcher
 from seq2seq.serving.service import Limits, TranslationService

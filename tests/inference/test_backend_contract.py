@@ -12,7 +12,8 @@ import pytest
 from seq2seq.export.to_ctranslate2 import export_checkpoint
 from seq2seq.export.to_transformers import export_to_transformers
 from seq2seq.inference.backends import open_model
-from seq2seq.inference.translator import TargetError, Translation, Translator, TranslatorBase
+from seq2seq.inference.targets import TargetError
+from seq2seq.inference.translator import Translation, Translator, TranslatorBase
 
 TEXTS = ["How are you?", "", "I like coffee.", "  \t ", "Where is the station?", "Good morning."]
 ENGINES = {"pytorch": "PyTorch", "ctranslate2": "CTranslate2", "transformers": "transformers"}

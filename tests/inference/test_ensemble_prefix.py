@@ -16,7 +16,8 @@ from seq2seq.data.batching import pad_ids
 from seq2seq.decoding.forced import forced_scores
 from seq2seq.formats.checkpoint import save_atomically, seq2seq_entry
 from seq2seq.inference.backends import open_model
-from seq2seq.inference.translator import DEFAULT_BATCH_TOKENS, TargetError, Translator
+from seq2seq.inference.targets import TargetError
+from seq2seq.inference.translator import DEFAULT_BATCH_TOKENS, Translator
 from seq2seq.model import Transformer
 from seq2seq.serving.app import create_app
 from seq2seq.serving.batcher import DynamicBatcher

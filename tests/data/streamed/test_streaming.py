@@ -19,7 +19,7 @@ from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.data.streamed import build
 from seq2seq.data.streamed.batches import StreamedBatchSampler, StreamedPairs
 from seq2seq.data.streamed.shards import Store
-from seq2seq.inference.cli import _eval_set as eval_set
+from seq2seq.inference.evaluation import eval_set
 from tests.helpers.streamed_store import make_store
 from tests.helpers.tiny import CORPUS
 
