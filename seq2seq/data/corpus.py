@@ -15,7 +15,7 @@ import hashlib
 import json
 import logging
 from collections.abc import Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import partial
 from itertools import islice
 from pathlib import Path
@@ -29,11 +29,11 @@ from datasets.table import MemoryMappedTable
 from seq2seq.config import DataConfig, DataError
 from seq2seq.data.cache import Caches, digest
 from seq2seq.data.readers import malformed
-from seq2seq.data.readers.registry import FORMATS, clean_pairs
-from seq2seq.data.readers.sources import Source, locate
+from seq2seq.data.readers.hub import HubDataset, read_hub
+from seq2seq.data.readers.registry import FEATURES, FORMATS, clean_pairs
+from seq2seq.data.readers.sources import Reading, Source, locate
 
 _FORMAT_VERSION = 4  # bump when the cleaning rules or the cache layout change, to invalidate old caches
-_FEATURES = datasets.Features({"src": datasets.Value("string"), "tgt": datasets.Value("string")})
 _BATCH = 10_000  # rows per Arrow batch when writing the corpus or scanning a column
 _PAIRS_FILE = "pairs.arrow"
 _SPLIT_FILE = "split.npz"
@@ -43,69 +43,6 @@ HELD_OUT_PARTS = 10  # a set carved out of the corpus holds at most 1/10 of its 
 _DIGESTS_DIR = "digests"  # each corpus file's digest, kept while the file is unchanged
 
 log = logging.getLogger("seq2seq.data")
-
-
-def _cache_name(source: Source, cfg: DataConfig, caches: Caches) -> str:
-    options = {name: getattr(cfg, name) for name in FORMATS[source.format].options}
-    key = [
-        _FORMAT_VERSION,
-        source.format,
-        source.digests(caches.root / _DIGESTS_DIR),
-        list(cfg.columns),
-        cfg.direction,
-        options,
-    ]
-    return "corpus-" + digest(json.dumps(key))
-
-
-def _write_arrow(pairs: Iterator[tuple[str, str]], path: Path) -> None:
-    """Stream pairs into an Arrow file, ``_BATCH`` rows per record batch, so no per-row Python
-    objects are kept (``datasets``' per-example generator plus ``save_to_disk`` is far slower)."""
-    schema = _FEATURES.arrow_schema
-    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
-        while chunk := list(islice(pairs, _BATCH)):
-            src, tgt = zip(*chunk, strict=True)
-            writer.write_batch(
-                pa.record_batch([pa.array(src, pa.string()), pa.array(tgt, pa.string())], schema)
-            )
-
-
-def _build(source: Source, cfg: DataConfig, directory: Path) -> None:
-    """Write the cleaned pairs and their counts into ``directory``; a corpus without pairs is an error."""
-    tally = malformed.Tally(FORMATS[source.format].unit)
-    _write_arrow(clean_pairs(source, cfg, tally), directory / _PAIRS_FILE)
-    stats = tally.stats()
-    if stats["pairs"] == 0 and stats["malformed"]:
-        raise malformed.error(stats)
-    if stats["pairs"] == 0:
-        raise DataError(f"corpus {', '.join(map(str, source.files))} has no {tally.unit}s")
-    (directory / "stats.json").write_text(json.dumps(stats, indent=1))
-
-
-def corpus_cache(cfg: DataConfig) -> Path:
-    """The corpus cache of a local ``data.path``, built if missing; ``pairs_file`` names its pairs."""
-    source, stored = locate(cfg), caches(cfg)
-    what = f"corpus cache of {', '.join(map(str, source.files))}"
-    return stored.built(_cache_name(source, cfg, stored), partial(_build, source, cfg), what)
-
-
-def pairs_file(cache: Path) -> Path:
-    """The Arrow stream of cleaned pairs in a corpus cache (record batches of ``src``, ``tgt``)."""
-    return cache / _PAIRS_FILE
-
-
-def cache_stats(cache: Path) -> dict:
-    """The pair and malformed-record counts a corpus cache was built with."""
-    return json.loads((cache / "stats.json").read_text())
-
-
-def _load_local(cfg: DataConfig) -> tuple[datasets.Dataset, dict]:
-    target = corpus_cache(cfg)
-    stats = cache_stats(target)
-    table = MemoryMappedTable.from_file(str(target / _PAIRS_FILE))
-    return datasets.Dataset(
-        table, info=datasets.DatasetInfo(features=_FEATURES), fingerprint=target.name
-    ), stats
 
 
 def cache_root(cfg: DataConfig) -> Path:
@@ -118,47 +55,111 @@ def caches(cfg: DataConfig) -> Caches:
     return Caches(cache_root(cfg), cfg.lock_timeout_s)
 
 
-def _hub_pairs(batch: dict, field: str | None, src_lang: str, tgt_lang: str) -> dict[str, list[str]]:
-    """Both languages' texts: their columns, or their keys in ``field`` where there are none (as locally)."""
-    if field and not (src_lang in batch and tgt_lang in batch):
-        src, tgt = [row[src_lang] for row in batch[field]], [row[tgt_lang] for row in batch[field]]
-    else:
-        src, tgt = batch[src_lang], batch[tgt_lang]
-    return {"src": [(text or "").strip() for text in src], "tgt": [(text or "").strip() for text in tgt]}
+@dataclass(frozen=True)
+class CorpusPlan:
+    """What the corpus, split and cache steps read of a :class:`DataConfig`, taken from it once where
+    preparation starts (``data.path`` located then), so each step takes the fields it uses."""
+
+    source: Source | HubDataset  # data.path, located; or data.hub_dataset
+    reading: Reading  # how records become pairs
+    max_malformed_share: float
+    given: dict[str, Any]  # data.valid_path and data.test_path, where given
+    sizes: dict[str, int]  # data.valid_size and data.test_size: what to carve where no set is given
+    split_seed: int
+    drop_train_overlap: bool
+    caches: Caches  # data.cache_dir and data.lock_timeout_s
+
+    @classmethod
+    def of(cls, cfg: DataConfig) -> CorpusPlan:
+        """The plan of ``cfg``'s corpus; a ``data.path`` that names no corpus fails here."""
+        reading = Reading.of(cfg)
+        hub = HubDataset(cfg.hub_dataset, cfg.hub_config) if cfg.hub_dataset else None
+        return cls(
+            source=hub or locate(cfg.path, reading.columns),
+            reading=reading,
+            max_malformed_share=cfg.max_malformed_share,
+            given={
+                name: path
+                for name, path in (("valid", cfg.valid_path), ("test", cfg.test_path))
+                if path is not None
+            },
+            sizes={"valid": cfg.valid_size, "test": cfg.test_size},
+            split_seed=cfg.split_seed,
+            drop_train_overlap=cfg.drop_train_overlap,
+            caches=caches(cfg),
+        )
 
 
-def _both_sides(batch: dict) -> list[bool]:
-    return [bool(src) and bool(tgt) for src, tgt in zip(batch["src"], batch["tgt"], strict=True)]
+def _cache_name(source: Source, reading: Reading, caches: Caches) -> str:
+    options = {name: getattr(reading, name) for name in FORMATS[source.format].options}
+    key = [
+        _FORMAT_VERSION,
+        source.format,
+        source.digests(caches.root / _DIGESTS_DIR),
+        list(reading.columns),
+        reading.direction,
+        options,
+    ]
+    return "corpus-" + digest(json.dumps(key))
 
 
-def _load_hub(cfg: DataConfig) -> tuple[datasets.Dataset, dict[str, int]]:
-    """Opt-in hub dataset mapped onto the same ``src``/``tgt`` layout as a local file."""
-    raw = datasets.load_dataset(cfg.hub_dataset, cfg.hub_config, split=cfg.hub_split)
-    pairs = raw.map(
-        partial(
-            _hub_pairs, field=cfg.hub_translation_field, src_lang=cfg.source_lang, tgt_lang=cfg.target_lang
-        ),
-        batched=True,
-        remove_columns=raw.column_names,
-        features=_FEATURES,
-    )
-    kept = pairs.filter(_both_sides, batched=True)
-    if len(kept) == 0:
-        raise DataError(f"hub dataset {cfg.hub_dataset} holds no usable {cfg.direction} pairs")
-    empty = len(pairs) - len(kept)  # rows lacking a side: dropped, not held to max_malformed_share
-    return kept, {"pairs": len(kept), "malformed_lines": empty, "malformed": {}, "unit": "row"}
+def _write_arrow(pairs: Iterator[tuple[str, str]], path: Path) -> None:
+    """Stream pairs into an Arrow file, ``_BATCH`` rows per record batch, so no per-row Python
+    objects are kept (``datasets``' per-example generator plus ``save_to_disk`` is far slower)."""
+    schema = FEATURES.arrow_schema
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
+        while chunk := list(islice(pairs, _BATCH)):
+            src, tgt = zip(*chunk, strict=True)
+            writer.write_batch(
+                pa.record_batch([pa.array(src, pa.string()), pa.array(tgt, pa.string())], schema)
+            )
 
 
-def read_corpus(cfg: DataConfig) -> tuple[datasets.Dataset, dict]:
-    """Cleaned pairs (columns ``src``, ``tgt`` in ``cfg.direction``) and their counts, however many
+def _build(source: Source, reading: Reading, directory: Path) -> None:
+    """Write the cleaned pairs and their counts into ``directory``; a corpus without pairs is an error."""
+    tally = malformed.Tally(FORMATS[source.format].unit)
+    _write_arrow(clean_pairs(source, reading, tally), directory / _PAIRS_FILE)
+    stats = tally.stats()
+    if stats["pairs"] == 0 and stats["malformed"]:
+        raise malformed.error(stats)
+    if stats["pairs"] == 0:
+        raise DataError(f"corpus {', '.join(map(str, source.files))} has no {tally.unit}s")
+    (directory / "stats.json").write_text(json.dumps(stats, indent=1))
+
+
+def corpus_cache(source: Source, reading: Reading, caches: Caches) -> tuple[Path, dict]:
+    """The corpus cache of a located corpus, built if missing (``pairs_file`` names its pairs), and
+    the pair and malformed-record counts it was built with."""
+    what = f"corpus cache of {', '.join(map(str, source.files))}"
+    cache = caches.built(_cache_name(source, reading, caches), partial(_build, source, reading), what)
+    return cache, json.loads((cache / "stats.json").read_text())
+
+
+def pairs_file(cache: Path) -> Path:
+    """The Arrow stream of cleaned pairs in a corpus cache (record batches of ``src``, ``tgt``)."""
+    return cache / _PAIRS_FILE
+
+
+def _read(source: Source | HubDataset, reading: Reading, caches: Caches) -> tuple[datasets.Dataset, dict]:
+    if isinstance(source, HubDataset):
+        return read_hub(source, reading)
+    cache, stats = corpus_cache(source, reading, caches)
+    table = MemoryMappedTable.from_file(str(cache / _PAIRS_FILE))
+    return datasets.Dataset(
+        table, info=datasets.DatasetInfo(features=FEATURES), fingerprint=cache.name
+    ), stats
+
+
+def read_corpus(plan: CorpusPlan) -> tuple[datasets.Dataset, dict]:
+    """Cleaned pairs (columns ``src``, ``tgt`` in ``data.direction``) and their counts, however many
     records are malformed."""
-    return _load_hub(cfg) if cfg.hub_dataset else _load_local(cfg)
+    return _read(plan.source, plan.reading, plan.caches)
 
 
-def load_corpus(cfg: DataConfig) -> tuple[datasets.Dataset, dict]:
+def load_corpus(plan: CorpusPlan) -> tuple[datasets.Dataset, dict]:
     """:func:`read_corpus`, stopping when more than ``data.max_malformed_share`` of it is malformed."""
-    pairs, stats = read_corpus(cfg)
-    malformed.check(stats, cfg.max_malformed_share)
+    pairs, stats = read_corpus(plan)
+    malformed.check(stats, plan.max_malformed_share)
     return pairs, stats
 
 
@@ -241,30 +242,35 @@ def _select(dataset: datasets.Dataset, indices: dict[str, np.ndarray], key: str)
     )
 
 
-def given_sets(cfg: DataConfig) -> dict[str, datasets.Dataset]:
+def given_sets(plan: CorpusPlan) -> dict[str, datasets.Dataset]:
     """The valid and test sets that ``data.valid_path`` and ``data.test_path`` name, read as
     ``data.path`` is read (format, columns, direction, malformed lines); those not given are absent."""
-    paths = {"valid": cfg.valid_path, "test": cfg.test_path}
-    return {name: _given_set(cfg, name, path) for name, path in paths.items() if path is not None}
+    limit = plan.max_malformed_share
+    return {
+        name: _given_set(plan.reading, plan.caches, limit, name, path) for name, path in plan.given.items()
+    }
 
 
-def _given_set(cfg: DataConfig, name: str, path: Any) -> datasets.Dataset:
+def _given_set(reading: Reading, caches: Caches, limit: float, name: str, path: Any) -> datasets.Dataset:
     """The set read as ``data.path``, with a failure naming the set's own key instead."""
     try:
-        return load_corpus(replace(cfg, path=path, hub_dataset=None, hub_config=None))[0]
+        pairs, stats = _read(locate(path, reading.columns), reading, caches)
+        malformed.check(stats, limit)
+        return pairs
     except DataError as err:
         raise DataError(str(err).replace("data.path", f"data.{name}_path")) from err
 
 
 def held_out_split(cfg: DataConfig, name: str) -> datasets.Dataset:
     """The ``valid`` or ``test`` split as training held it out, read without the other one's file,
-    which may have moved since: a given set is its file; a carved one is the same rows of the
-    corpus (the other set, given, carved none)."""
+    which may have moved since: a given set is its file (read without ``data.path`` either); a carved
+    one is the same rows of the corpus (the other set, given, carved none)."""
+    path = getattr(cfg, f"{name}_path")
+    if path is not None:
+        return _given_set(Reading.of(cfg), caches(cfg), cfg.max_malformed_share, name, path)
     other = "test" if name == "valid" else "valid"
     if getattr(cfg, f"{other}_path") is not None:  # drop_train_overlap shapes only the train split
         cfg = replace(cfg, **{f"{other}_path": None, f"{other}_size": 0}, drop_train_overlap=False)
-    if getattr(cfg, f"{name}_path") is not None:
-        return given_sets(cfg)[name]
     return load_splits(cfg)[0][name]
 
 
@@ -319,6 +325,11 @@ def _report_split(carve: dict[str, int], facts: dict, given: bool, drop_overlap:
 
 
 def load_splits(cfg: DataConfig) -> tuple[datasets.DatasetDict, dict[str, int]]:
+    """:func:`split_corpus` of ``cfg``'s corpus."""
+    return split_corpus(CorpusPlan.of(cfg))
+
+
+def split_corpus(plan: CorpusPlan) -> tuple[datasets.DatasetDict, dict[str, int]]:
     """The corpus split into train/valid/test exactly as training sees it, plus load stats.
 
     A set that ``data.valid_path`` or ``data.test_path`` gives is that file; the others are carved
@@ -327,21 +338,19 @@ def load_splits(cfg: DataConfig) -> tuple[datasets.DatasetDict, dict[str, int]]:
     makes its rows (the given sets only when they drop rows), so a changed dev file leaves the
     tokenizer as it is; every later cache keys on the fingerprints of all three.
     """
-    pairs, stats = load_corpus(cfg)
-    given = given_sets(cfg)
-    carve = {
-        "valid": 0 if "valid" in given else cfg.valid_size,
-        "test": 0 if "test" in given else cfg.test_size,
-    }
-    dropped = {name: given[name]._fingerprint for name in given} if cfg.drop_train_overlap else {}
-    train_key = json.dumps([_SPLIT_VERSION, pairs._fingerprint, carve, cfg.split_seed, dropped])
+    pairs, stats = load_corpus(plan)
+    given = given_sets(plan)
+    carve = {name: 0 if name in given else plan.sizes[name] for name in ("valid", "test")}
+    drop = plan.drop_train_overlap
+    dropped = {name: given[name]._fingerprint for name in given} if drop else {}
+    train_key = json.dumps([_SPLIT_VERSION, pairs._fingerprint, carve, plan.split_seed, dropped])
     key = digest(json.dumps([train_key, {name: given[name]._fingerprint for name in given}]))
-    save = partial(_save_split, pairs, carve, given, cfg.split_seed, cfg.drop_train_overlap)
-    target = caches(cfg).built(f"split-{key}", save, "train/valid/test split")
+    save = partial(_save_split, pairs, carve, given, plan.split_seed, drop)
+    target = plan.caches.built(f"split-{key}", save, "train/valid/test split")
     with np.load(target / _SPLIT_FILE) as saved:
         indices = {name: saved[name] for name in ("train", "valid", "test")}
     facts = json.loads((target / _SPLIT_FACTS).read_text())
-    _report_split(carve, facts, bool(given), cfg.drop_train_overlap)
+    _report_split(carve, facts, bool(given), drop)
     splits = _select(pairs, indices, digest(train_key))
     return datasets.DatasetDict({**splits, **given}), stats
 

@@ -99,7 +99,7 @@ def _sampled_tokens(pairs: datasets.Dataset, cfg: DataConfig, report: Report) ->
 def describe_corpus(cfg: DataConfig) -> Report:
     """Read the corpus as training would (building its cache) and measure it."""
     start = time.perf_counter()
-    pairs, stats = corpus.read_corpus(cfg)
+    pairs, stats = corpus.read_corpus(corpus.CorpusPlan.of(cfg))
     report = Report(stats, _verdict(stats, cfg.max_malformed_share), 0, 0, 0)
     langs = (cfg.source_lang, cfg.target_lang)
     _whole_corpus(pairs.with_format("arrow")[:], langs, report)  # as selected (a hub dataset is filtered)

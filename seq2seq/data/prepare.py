@@ -60,13 +60,16 @@ def prepare(cfg: DataConfig, tokenizer: TranslationTokenizer | None) -> Prepared
 
     ``tokenizer``: a checkpoint's or ``data.tokenizer_file``'s; None: one learnt from the train split.
     """
-    return _streamed(cfg, tokenizer) if cfg.streaming else _in_memory(cfg, tokenizer)
+    plan = corpus.CorpusPlan.of(cfg)
+    return _streamed(cfg, plan, tokenizer) if cfg.streaming else _in_memory(cfg, plan, tokenizer)
 
 
-def _in_memory(cfg: DataConfig, tokenizer: TranslationTokenizer | None) -> PreparedData:
+def _in_memory(
+    cfg: DataConfig, plan: corpus.CorpusPlan, tokenizer: TranslationTokenizer | None
+) -> PreparedData:
     """The corpus split (memory-mapped text), the tokenizer, and the ids of every split, each a cache."""
-    raw, corpus_stats = corpus.load_splits(cfg)
-    caches = corpus.caches(cfg)
+    raw, corpus_stats = corpus.split_corpus(plan)
+    caches = plan.caches
     if tokenizer is None:
         train = raw["train"]
         tokenizer_key = "tokenizer-" + digest(
@@ -93,9 +96,11 @@ def _in_memory(cfg: DataConfig, tokenizer: TranslationTokenizer | None) -> Prepa
     return PreparedData(tokenizer, splits, raw, lengths, stats)
 
 
-def _streamed(cfg: DataConfig, tokenizer: TranslationTokenizer | None) -> PreparedData:
+def _streamed(
+    cfg: DataConfig, plan: corpus.CorpusPlan, tokenizer: TranslationTokenizer | None
+) -> PreparedData:
     """The held-out splits as without streaming; the training pairs stay in the sharded store."""
-    data = build.build(cfg, tokenizer=tokenizer)
+    data = build.open_store(plan, build.StoreSettings.of(cfg), tokenizer=tokenizer)
     tokenizer = tokenizer or TranslationTokenizer.load(data.tokenizer_dir)
     held_out = {name: encoded.load_split(data.held_out_ids, name) for name in build.HELD_OUT}
     splits, lengths, too_long = _within_max_length(held_out, cfg.max_length, cfg.too_long)

@@ -10,7 +10,7 @@ import datasets
 import pytest
 
 from seq2seq.config import DataConfig, DataError, validated_run
-from seq2seq.data.corpus import given_sets, held_out_sizes, held_out_split, load_splits
+from seq2seq.data.corpus import CorpusPlan, given_sets, held_out_sizes, held_out_split, load_splits
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.inference import cli
 from seq2seq.launch.start import start_run
@@ -72,7 +72,7 @@ def test_a_hub_corpus_takes_local_given_sets(tmp_path: Path) -> None:
         valid_path=str(valid),
         cache_dir=str(tmp_path),
     )
-    assert sources(given_sets(cfg)["valid"]) == [line.split("\t")[0] for line in LINES[:5]]
+    assert sources(given_sets(CorpusPlan.of(cfg))["valid"]) == [line.split("\t")[0] for line in LINES[:5]]
 
 
 def test_a_set_not_given_is_carved_out_as_before(tmp_path: Path) -> None:
