@@ -26,7 +26,6 @@ from seq2seq.data.readers.sources import ALIGNED, DATASETS, Reading, Source
 from seq2seq.data.readers.text import Record, read_aligned, read_csv, read_jsonl, read_tsv
 
 _BATCH = 10_000  # rows per Arrow batch read from parquet or a save_to_disk folder
-FEATURES = datasets.Features({"src": datasets.Value("string"), "tgt": datasets.Value("string")})  # of pairs
 
 
 def _columns(table: pa.Table, reading: Reading, where: Path) -> tuple[pa.ChunkedArray, pa.ChunkedArray]:

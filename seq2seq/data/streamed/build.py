@@ -29,10 +29,9 @@ from seq2seq.command_line import help_asked
 from seq2seq.config import ConfigError, DataConfig, DataError
 from seq2seq.data import corpus, encoded
 from seq2seq.data.cache import build_once, digest, held_elsewhere
-from seq2seq.data.corpus import CorpusPlan
+from seq2seq.data.corpus import CorpusPlan, HubDataset
 from seq2seq.data.inspect import data_config
 from seq2seq.data.readers import malformed
-from seq2seq.data.readers.hub import HubDataset
 from seq2seq.data.streamed.shards import Store, id_lists, id_type, write_manifest, write_shard
 from seq2seq.data.streamed.split import (
     SAMPLE_FILE,
@@ -58,7 +57,7 @@ class StreamedData:
     """A built store and what training needs beside it."""
 
     store: Store
-    tokenizer_dir: Path
+    tokenizer: TranslationTokenizer  # what encoded the store: given, or learnt from the split
     held_out_ids: Path  # ``<split>.arrow`` of :mod:`seq2seq.data.encoded` for valid and test
     held_out_text: Path  # ``<split>.arrow``: their text, as the corpus cache holds it
     corpus_stats: dict
@@ -78,6 +77,11 @@ def _held_out_texts(directory: Path) -> datasets.DatasetDict:
             for name in HELD_OUT
         }
     )
+
+
+def _encode_held_out(split_dir: Path, tokenizer: TranslationTokenizer, directory: Path) -> None:
+    """The held-out splits' ids, their text opened only when the cache is built."""
+    encoded.encode_splits(_held_out_texts(split_dir), tokenizer, directory)
 
 
 def _texts(path: Path, column: str) -> Iterator[str]:
@@ -191,15 +195,14 @@ def store_key(
     return json.dumps([_STORE_VERSION, split_name, tokens, block_rows])
 
 
-def streamed_split(plan: CorpusPlan, sample_pairs: int, shard_pairs: int) -> tuple[Path, dict]:
+def streamed_split(plan: CorpusPlan, store: StoreSettings) -> tuple[Path, dict]:
     """The streamed split of the plan's corpus (built if missing) and the corpus's statistics."""
     if isinstance(plan.source, HubDataset):
         raise DataError("data.streaming reads a local data.path, not data.hub_dataset")
     cache, stats = corpus.corpus_cache(plan.source, plan.reading, plan.caches)
     malformed.check(stats, plan.max_malformed_share)
-    settings = SplitSettings(
-        plan.sizes["valid"], plan.sizes["test"], plan.split_seed, sample_pairs, shard_pairs
-    )
+    valid, test = plan.sizes["valid"], plan.sizes["test"]
+    settings = SplitSettings(valid, test, plan.split_seed, store.sample_pairs, store.shard_pairs)
     write = partial(write_split, corpus.pairs_file(cache), settings)
     name = f"stream-split-{digest(split_key(settings, cache.name))}"
     split_dir = plan.caches.built(name, write, "streamed split")
@@ -210,7 +213,7 @@ def streamed_split(plan: CorpusPlan, sample_pairs: int, shard_pairs: int) -> tup
 def held_out_text(cfg: DataConfig) -> datasets.DatasetDict:
     """The text of the valid and test splits of a streamed run, read without holding the corpus:
     what ``translate.py --eval`` scores such a run's checkpoints on."""
-    return _held_out_texts(streamed_split(CorpusPlan.of(cfg), cfg.tokenizer_max_pairs, cfg.shard_pairs)[0])
+    return _held_out_texts(streamed_split(CorpusPlan.of(cfg), StoreSettings.of(cfg))[0])
 
 
 def build(
@@ -233,7 +236,7 @@ def open_store(
     tokenizer: TranslationTokenizer | None = None,
 ) -> StreamedData:
     """:func:`build` of a corpus plan and the store's own settings."""
-    split_dir, stats = streamed_split(plan, settings.sample_pairs, settings.shard_pairs)
+    split_dir, stats = streamed_split(plan, settings)
     root = plan.caches.root / f"stream-{digest(store_key(settings, split_dir.name, block_rows, tokenizer))}"
     timeout = plan.caches.lock_timeout_s
     tokenizer_dir = root / "tokenizer"
@@ -241,7 +244,7 @@ def open_store(
         learn = partial(_train_tokenizer, split_dir, settings.vocab_size, settings.shared_vocab)
         build_once(tokenizer_dir, learn, "tokenizer", timeout)
         tokenizer = TranslationTokenizer.load(tokenizer_dir)
-    held_out = partial(encoded.encode_splits, _held_out_texts(split_dir), tokenizer)
+    held_out = partial(_encode_held_out, split_dir, tokenizer)
     build_once(root / "held-out", held_out, "token ids of the held-out splits", timeout)
     shards = [
         root / f"shard-{i:05d}"
@@ -249,9 +252,7 @@ def open_store(
     ]
     _encode_shards(shards, split_dir, tokenizer, block_rows, plan.split_seed, timeout)
     build_once(root / "manifest", partial(write_manifest, root, shards), "store manifest", timeout)
-    return StreamedData(
-        Store.open(root, root / "manifest"), tokenizer_dir, root / "held-out", split_dir, stats
-    )
+    return StreamedData(Store.open(root, root / "manifest"), tokenizer, root / "held-out", split_dir, stats)
 
 
 def main(argv: list[str] | None = None) -> int:
