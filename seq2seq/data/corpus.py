@@ -178,20 +178,16 @@ def _read_hub(hub: HubDataset, reading: Reading) -> tuple[datasets.Dataset, dict
     return kept, {"pairs": len(kept), "malformed_lines": empty, "malformed": {}, "unit": "row"}
 
 
-def _read(source: Source | HubDataset, reading: Reading, caches: Caches) -> tuple[datasets.Dataset, dict]:
-    if isinstance(source, HubDataset):
-        return _read_hub(source, reading)
-    cache, stats = corpus_cache(source, reading, caches)
+def read_corpus(plan: CorpusPlan) -> tuple[datasets.Dataset, dict]:
+    """Cleaned pairs (columns ``src``, ``tgt`` in ``data.direction``) and their counts, however many
+    records are malformed."""
+    if isinstance(plan.source, HubDataset):
+        return _read_hub(plan.source, plan.reading)
+    cache, stats = corpus_cache(plan.source, plan.reading, plan.caches)
     table = MemoryMappedTable.from_file(str(cache / _PAIRS_FILE))
     return datasets.Dataset(
         table, info=datasets.DatasetInfo(features=_FEATURES), fingerprint=cache.name
     ), stats
-
-
-def read_corpus(plan: CorpusPlan) -> tuple[datasets.Dataset, dict]:
-    """Cleaned pairs (columns ``src``, ``tgt`` in ``data.direction``) and their counts, however many
-    records are malformed."""
-    return _read(plan.source, plan.reading, plan.caches)
 
 
 def load_corpus(plan: CorpusPlan) -> tuple[datasets.Dataset, dict]:
