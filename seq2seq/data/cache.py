@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from seq2seq.config import DataError
+from seq2seq.config import DataConfig, DataError
 from seq2seq.machine.memory import hand_back_free_heap
 
 log = logging.getLogger("seq2seq.data")
@@ -177,6 +177,11 @@ def build_once(target: Path, build: Callable[[Path], None], what: str, timeout: 
         return True
 
 
+def cache_root(cfg: DataConfig) -> Path:
+    """``data.cache_dir`` as an absolute path: every cache of the data stage lives under it."""
+    return Path(cfg.cache_dir).expanduser().resolve()
+
+
 @dataclass(frozen=True)
 class Caches:
     """Where the data stage's caches live (``data.cache_dir``, absolute) and how long a process waits
@@ -184,6 +189,11 @@ class Caches:
 
     root: Path
     lock_timeout_s: float
+
+    @classmethod
+    def of(cls, cfg: DataConfig) -> Caches:
+        """The caches of ``cfg``."""
+        return cls(cache_root(cfg), cfg.lock_timeout_s)
 
     def built(self, name: str, build: Callable[[Path], None], what: str) -> Path:
         """The cache ``root / name``, built by :func:`build_once` if missing."""

@@ -1,25 +1,25 @@
-"""Parallel corpus -> cleaned Arrow dataset with ``src``/``tgt`` columns, cached on disk.
+"""Parallel corpus -> cleaned Arrow dataset with ``src``/``tgt`` columns, cached on disk, and the
+train/valid/test split of it that training sees.
 
 The corpus (any format of :mod:`seq2seq.data.readers.sources`, read by :mod:`seq2seq.data.readers.registry`)
 is streamed into an Arrow file in record batches, so it is never held in Python lists; the result is
 memory-mapped. Malformed records are skipped and counted per cause; too many of them stop the
 run before training (:mod:`seq2seq.data.readers.malformed`). The cache name hashes the files' bytes and
 every option that changes what is read, so an edited corpus is re-read, and an unchanged one,
-wherever it was copied, loads from the cache. The split is cached too: three index arrays beside
-the corpus, so no text is stored twice.
+wherever it was copied, loads from the cache. The split (:mod:`seq2seq.data.split`) is cached too:
+three index arrays beside the corpus, so no text is stored twice.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from collections.abc import Iterator
-from dataclasses import replace
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from functools import partial
 from itertools import islice
 from pathlib import Path
-from typing import Any
 
 import datasets
 import numpy as np
@@ -30,29 +30,81 @@ from seq2seq.config import DataConfig, DataError
 from seq2seq.data.cache import Caches, digest
 from seq2seq.data.readers import malformed
 from seq2seq.data.readers.registry import FORMATS, clean_pairs
-from seq2seq.data.readers.sources import Source, locate
+from seq2seq.data.readers.sources import Reading, Source, locate
+from seq2seq.data.split import HELD_OUT_PARTS, SPLIT_FACTS, SPLIT_FILE, SPLIT_VERSION, save_split
 
 _FORMAT_VERSION = 4  # bump when the cleaning rules or the cache layout change, to invalidate old caches
 _FEATURES = datasets.Features({"src": datasets.Value("string"), "tgt": datasets.Value("string")})
 _BATCH = 10_000  # rows per Arrow batch when writing the corpus or scanning a column
 _PAIRS_FILE = "pairs.arrow"
-_SPLIT_FILE = "split.npz"
-_SPLIT_FACTS = "split.json"  # the carved sizes and the given sets' overlap with training, for the log
-_SPLIT_VERSION = 2  # bump when the split's rule or its cache's files change
-HELD_OUT_PARTS = 10  # a set carved out of the corpus holds at most 1/10 of its distinct sources
 _DIGESTS_DIR = "digests"  # each corpus file's digest, kept while the file is unchanged
 
 log = logging.getLogger("seq2seq.data")
 
 
-def _cache_name(source: Source, cfg: DataConfig, caches: Caches) -> str:
-    options = {name: getattr(cfg, name) for name in FORMATS[source.format].options}
+@dataclass(frozen=True)
+class HubDataset:
+    """``data.hub_dataset`` and ``data.hub_config``: the opt-in corpus of the Hugging Face hub."""
+
+    name: str
+    config: str | None
+
+
+@dataclass(frozen=True)
+class CorpusPlan:
+    """What the corpus, split and cache steps read of a :class:`DataConfig`, taken from it once where
+    preparation starts, so each step takes the fields it uses. Every file is located then: a path
+    that names no corpus fails before any cache is built."""
+
+    source: Source | HubDataset  # data.path, or data.hub_dataset
+    reading: Reading  # how records become pairs
+    max_malformed_share: float
+    given: dict[str, Source]  # data.valid_path and data.test_path, where given
+    sizes: dict[str, int]  # data.valid_size and data.test_size: what to carve where no set is given
+    split_seed: int
+    drop_train_overlap: bool
+    caches: Caches  # data.cache_dir and data.lock_timeout_s
+
+    @classmethod
+    def of(cls, cfg: DataConfig) -> CorpusPlan:
+        """The plan of ``cfg``'s corpus."""
+        reading = Reading.of(cfg)
+        hub = HubDataset(cfg.hub_dataset, cfg.hub_config) if cfg.hub_dataset else None
+        source = hub or locate(cfg.path, reading.columns)  # first: its failure comes before the sets'
+        given = {}
+        for name, path in (("valid", cfg.valid_path), ("test", cfg.test_path)):
+            if path is not None:
+                with _as_given(name):
+                    given[name] = locate(path, reading.columns)
+        return cls(
+            source=source,
+            reading=reading,
+            max_malformed_share=cfg.max_malformed_share,
+            given=given,
+            sizes={"valid": cfg.valid_size, "test": cfg.test_size},
+            split_seed=cfg.split_seed,
+            drop_train_overlap=cfg.drop_train_overlap,
+            caches=Caches.of(cfg),
+        )
+
+
+@contextmanager
+def _as_given(name: str) -> Iterator[None]:
+    """A failure reading a given set names the set's own key (``data.valid_path``), not ``data.path``."""
+    try:
+        yield
+    except DataError as err:
+        raise DataError(str(err).replace("data.path", f"data.{name}_path")) from err
+
+
+def _cache_name(source: Source, reading: Reading, caches: Caches) -> str:
+    options = {name: getattr(reading, name) for name in FORMATS[source.format].options}
     key = [
         _FORMAT_VERSION,
         source.format,
         source.digests(caches.root / _DIGESTS_DIR),
-        list(cfg.columns),
-        cfg.direction,
+        list(reading.columns),
+        reading.direction,
         options,
     ]
     return "corpus-" + digest(json.dumps(key))
@@ -70,10 +122,10 @@ def _write_arrow(pairs: Iterator[tuple[str, str]], path: Path) -> None:
             )
 
 
-def _build(source: Source, cfg: DataConfig, directory: Path) -> None:
+def _build(source: Source, reading: Reading, directory: Path) -> None:
     """Write the cleaned pairs and their counts into ``directory``; a corpus without pairs is an error."""
     tally = malformed.Tally(FORMATS[source.format].unit)
-    _write_arrow(clean_pairs(source, cfg, tally), directory / _PAIRS_FILE)
+    _write_arrow(clean_pairs(source, reading, tally), directory / _PAIRS_FILE)
     stats = tally.stats()
     if stats["pairs"] == 0 and stats["malformed"]:
         raise malformed.error(stats)
@@ -82,40 +134,18 @@ def _build(source: Source, cfg: DataConfig, directory: Path) -> None:
     (directory / "stats.json").write_text(json.dumps(stats, indent=1))
 
 
-def corpus_cache(cfg: DataConfig) -> Path:
-    """The corpus cache of a local ``data.path``, built if missing; ``pairs_file`` names its pairs."""
-    source, stored = locate(cfg), caches(cfg)
+def corpus_cache(source: Source, reading: Reading, caches: Caches) -> tuple[Path, dict]:
+    """The corpus cache of a located corpus, built if missing (``pairs_file`` names its pairs), and
+    the pair and malformed-record counts it was built with."""
+    name = _cache_name(source, reading, caches)
     what = f"corpus cache of {', '.join(map(str, source.files))}"
-    return stored.built(_cache_name(source, cfg, stored), partial(_build, source, cfg), what)
+    cache = caches.built(name, partial(_build, source, reading), what)
+    return cache, json.loads((cache / "stats.json").read_text())
 
 
 def pairs_file(cache: Path) -> Path:
     """The Arrow stream of cleaned pairs in a corpus cache (record batches of ``src``, ``tgt``)."""
     return cache / _PAIRS_FILE
-
-
-def cache_stats(cache: Path) -> dict:
-    """The pair and malformed-record counts a corpus cache was built with."""
-    return json.loads((cache / "stats.json").read_text())
-
-
-def _load_local(cfg: DataConfig) -> tuple[datasets.Dataset, dict]:
-    target = corpus_cache(cfg)
-    stats = cache_stats(target)
-    table = MemoryMappedTable.from_file(str(target / _PAIRS_FILE))
-    return datasets.Dataset(
-        table, info=datasets.DatasetInfo(features=_FEATURES), fingerprint=target.name
-    ), stats
-
-
-def cache_root(cfg: DataConfig) -> Path:
-    """``data.cache_dir`` as an absolute path: every cache of the data stage lives under it."""
-    return Path(cfg.cache_dir).expanduser().resolve()
-
-
-def caches(cfg: DataConfig) -> Caches:
-    """What the builders of the data stage's caches read of ``cfg``: the folder and the lock timeout."""
-    return Caches(cache_root(cfg), cfg.lock_timeout_s)
 
 
 def _hub_pairs(batch: dict, field: str | None, src_lang: str, tgt_lang: str) -> dict[str, list[str]]:
@@ -131,105 +161,64 @@ def _both_sides(batch: dict) -> list[bool]:
     return [bool(src) and bool(tgt) for src, tgt in zip(batch["src"], batch["tgt"], strict=True)]
 
 
-def _load_hub(cfg: DataConfig) -> tuple[datasets.Dataset, dict[str, int]]:
+def _read_hub(hub: HubDataset, reading: Reading) -> tuple[datasets.Dataset, dict[str, int]]:
     """Opt-in hub dataset mapped onto the same ``src``/``tgt`` layout as a local file."""
-    raw = datasets.load_dataset(cfg.hub_dataset, cfg.hub_config, split=cfg.hub_split)
+    raw = datasets.load_dataset(hub.name, hub.config, split=reading.hub_split)
+    field, langs = reading.hub_translation_field, (reading.source_lang, reading.target_lang)
     pairs = raw.map(
-        partial(
-            _hub_pairs, field=cfg.hub_translation_field, src_lang=cfg.source_lang, tgt_lang=cfg.target_lang
-        ),
+        partial(_hub_pairs, field=field, src_lang=langs[0], tgt_lang=langs[1]),
         batched=True,
         remove_columns=raw.column_names,
         features=_FEATURES,
     )
     kept = pairs.filter(_both_sides, batched=True)
     if len(kept) == 0:
-        raise DataError(f"hub dataset {cfg.hub_dataset} holds no usable {cfg.direction} pairs")
+        raise DataError(f"hub dataset {hub.name} holds no usable {reading.direction} pairs")
     empty = len(pairs) - len(kept)  # rows lacking a side: dropped, not held to max_malformed_share
     return kept, {"pairs": len(kept), "malformed_lines": empty, "malformed": {}, "unit": "row"}
 
 
-def read_corpus(cfg: DataConfig) -> tuple[datasets.Dataset, dict]:
-    """Cleaned pairs (columns ``src``, ``tgt`` in ``cfg.direction``) and their counts, however many
+def read_corpus(plan: CorpusPlan) -> tuple[datasets.Dataset, dict]:
+    """Cleaned pairs (columns ``src``, ``tgt`` in ``data.direction``) and their counts, however many
     records are malformed."""
-    return _load_hub(cfg) if cfg.hub_dataset else _load_local(cfg)
+    if isinstance(plan.source, HubDataset):
+        return _read_hub(plan.source, plan.reading)
+    cache, stats = corpus_cache(plan.source, plan.reading, plan.caches)
+    table = MemoryMappedTable.from_file(str(cache / _PAIRS_FILE))
+    return datasets.Dataset(
+        table, info=datasets.DatasetInfo(features=_FEATURES), fingerprint=cache.name
+    ), stats
 
 
-def load_corpus(cfg: DataConfig) -> tuple[datasets.Dataset, dict]:
+def load_corpus(plan: CorpusPlan) -> tuple[datasets.Dataset, dict]:
     """:func:`read_corpus`, stopping when more than ``data.max_malformed_share`` of it is malformed."""
-    pairs, stats = read_corpus(cfg)
-    malformed.check(stats, cfg.max_malformed_share)
+    pairs, stats = read_corpus(plan)
+    malformed.check(stats, plan.max_malformed_share)
     return pairs, stats
 
 
-def evenly_spread(dataset: datasets.Dataset, count: int) -> datasets.Dataset:
-    """At most ``count`` rows spread evenly over ``dataset``: a file may be sorted (by length, say),
-    so its first rows would be a biased sample."""
-    if len(dataset) <= count:
-        return dataset
-    return dataset.select(np.unique(np.linspace(0, len(dataset) - 1, count).round().astype(np.int64)))
+def given_sets(plan: CorpusPlan) -> dict[str, datasets.Dataset]:
+    """The valid and test sets that ``data.valid_path`` and ``data.test_path`` name, read as
+    ``data.path`` is read (format, columns, direction, malformed lines); those not given are absent."""
+    sets = {}
+    for name, source in plan.given.items():
+        with _as_given(name):
+            sets[name] = load_corpus(replace(plan, source=source))[0]
+    return sets
 
 
-def source_hashes(texts: list[str], seed: int) -> np.ndarray:
-    """Seeded 64-bit hash of each source sentence, shape (N,): what the split ranks sources by."""
-    key = str(seed).encode()
-    return np.fromiter(
-        (
-            int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8, key=key).digest(), "little")
-            for text in texts
-        ),
-        dtype=np.uint64,
-        count=len(texts),
-    )
-
-
-def _source_hashes(dataset: datasets.Dataset, seed: int) -> np.ndarray:
-    """:func:`source_hashes` of every row, shape (N,)."""
-    hashes = np.empty(len(dataset), dtype=np.uint64)
-    start = 0
-    for batch in dataset.select_columns(["src"]).iter(batch_size=_BATCH):
-        hashes[start : start + len(batch["src"])] = source_hashes(batch["src"], seed)
-        start += len(batch["src"])
-    return hashes
-
-
-def held_out_sizes(distinct: int, valid_size: int, test_size: int) -> tuple[int, int]:
-    """How many distinct sources the valid and test sets carved out of a corpus hold: each at most
-    1/:data:`HELD_OUT_PARTS` of the corpus's ``distinct`` sources (at least 1 where asked for), so
-    a small corpus keeps most of itself for training; the bundled corpus's 2,000 each stay 2,000."""
-    cap = max(1, distinct // HELD_OUT_PARTS)
-    valid, test = min(valid_size, cap), min(test_size, cap)
-    if distinct <= valid + test:
-        raise DataError(
-            f"corpus has {distinct} distinct source sentences; holding out {valid} for validation "
-            f"and {test} for testing leaves none for training: give data.valid_path and data.test_path"
-        )
-    return valid, test
-
-
-def _carve(hashes: np.ndarray, valid_size: int, test_size: int) -> dict[str, np.ndarray]:
-    distinct = np.unique(hashes)  # sorted
-    valid_size, test_size = held_out_sizes(len(distinct), valid_size, test_size)
-    valid_end, test_end = distinct[valid_size], distinct[valid_size + test_size]
-    masks = {
-        "train": hashes >= test_end,
-        "valid": hashes < valid_end,
-        "test": (hashes >= valid_end) & (hashes < test_end),
-    }
-    return {name: np.flatnonzero(mask) for name, mask in masks.items()}
-
-
-def split_indices(
-    dataset: datasets.Dataset, valid_size: int, test_size: int, seed: int
-) -> dict[str, np.ndarray]:
-    """Row indices of ``train``/``valid``/``test``: ``valid_size``/``test_size`` distinct source
-    sentences (at most :func:`held_out_sizes`) held out with all their translations.
-
-    Distinct sources are ranked by a seeded hash and the lowest ranks are held out, so
-    the split is a pure function of (corpus, sizes, seed) and never puts one source
-    sentence in two splits, which would leak test references into training.
-    """
-    return _carve(_source_hashes(dataset, seed), valid_size, test_size)
+def held_out_split(cfg: DataConfig, name: str) -> datasets.Dataset:
+    """The ``valid`` or ``test`` split as training held it out, read without the other one's file,
+    which may have moved since: a given set is its file, read as ``data.path`` is but without it; a
+    carved one is the same rows of the corpus (the other set, given, carved none)."""
+    path, other = getattr(cfg, f"{name}_path"), "test" if name == "valid" else "valid"
+    if path is not None:
+        alone = {"path": path, "hub_dataset": None, "hub_config": None, "drop_train_overlap": False}
+        with _as_given(name):
+            return load_corpus(CorpusPlan.of(replace(cfg, **alone, valid_path=None, test_path=None)))[0]
+    if getattr(cfg, f"{other}_path") is not None:  # drop_train_overlap shapes only the train split
+        cfg = replace(cfg, **{f"{other}_path": None, f"{other}_size": 0}, drop_train_overlap=False)
+    return load_splits(cfg)[0][name]
 
 
 def _select(dataset: datasets.Dataset, indices: dict[str, np.ndarray], key: str) -> datasets.DatasetDict:
@@ -239,59 +228,6 @@ def _select(dataset: datasets.Dataset, indices: dict[str, np.ndarray], key: str)
             for name, rows in indices.items()
         }
     )
-
-
-def given_sets(cfg: DataConfig) -> dict[str, datasets.Dataset]:
-    """The valid and test sets that ``data.valid_path`` and ``data.test_path`` name, read as
-    ``data.path`` is read (format, columns, direction, malformed lines); those not given are absent."""
-    paths = {"valid": cfg.valid_path, "test": cfg.test_path}
-    return {name: _given_set(cfg, name, path) for name, path in paths.items() if path is not None}
-
-
-def _given_set(cfg: DataConfig, name: str, path: Any) -> datasets.Dataset:
-    """The set read as ``data.path``, with a failure naming the set's own key instead."""
-    try:
-        return load_corpus(replace(cfg, path=path, hub_dataset=None, hub_config=None))[0]
-    except DataError as err:
-        raise DataError(str(err).replace("data.path", f"data.{name}_path")) from err
-
-
-def held_out_split(cfg: DataConfig, name: str) -> datasets.Dataset:
-    """The ``valid`` or ``test`` split as training held it out, read without the other one's file,
-    which may have moved since: a given set is its file; a carved one is the same rows of the
-    corpus (the other set, given, carved none)."""
-    other = "test" if name == "valid" else "valid"
-    if getattr(cfg, f"{other}_path") is not None:  # drop_train_overlap shapes only the train split
-        cfg = replace(cfg, **{f"{other}_path": None, f"{other}_size": 0}, drop_train_overlap=False)
-    if getattr(cfg, f"{name}_path") is not None:
-        return given_sets(cfg)[name]
-    return load_splits(cfg)[0][name]
-
-
-def _save_split(
-    dataset: datasets.Dataset,
-    carve: dict[str, int],
-    given: dict[str, datasets.Dataset],
-    seed: int,
-    drop_overlap: bool,
-    directory: Path,
-) -> None:
-    """The index arrays of the three splits (a given set's are empty: it is not in ``dataset``), the
-    carved sizes, and how many training pairs share their source with each given set (dropped with
-    ``drop_overlap``)."""
-    hashes = _source_hashes(dataset, seed)
-    indices = _carve(hashes, carve["valid"], carve["test"])
-    train = hashes[indices["train"]]
-    overlap = {name: np.isin(train, _source_hashes(given[name], seed)) for name in given}
-    if drop_overlap and overlap:
-        indices["train"] = indices["train"][~np.logical_or.reduce(list(overlap.values()))]
-        if not len(indices["train"]):
-            raise DataError("every training pair's source is in data.valid_path or data.test_path")
-    sizes = {name: len(np.unique(hashes[indices[name]])) for name in ("valid", "test")}
-    counts = {name: int(overlap[name].sum()) if name in overlap else 0 for name in ("valid", "test")}
-    facts = {"carved": sizes, "overlap": counts, "train_before_drop": len(train)}
-    np.savez(directory / _SPLIT_FILE, **indices)
-    (directory / _SPLIT_FACTS).write_text(json.dumps(facts))
 
 
 def report_carved(asked: dict[str, int], carved: dict[str, int]) -> None:
@@ -319,6 +255,11 @@ def _report_split(carve: dict[str, int], facts: dict, given: bool, drop_overlap:
 
 
 def load_splits(cfg: DataConfig) -> tuple[datasets.DatasetDict, dict[str, int]]:
+    """:func:`split_corpus` of ``cfg``'s corpus."""
+    return split_corpus(CorpusPlan.of(cfg))
+
+
+def split_corpus(plan: CorpusPlan) -> tuple[datasets.DatasetDict, dict[str, int]]:
     """The corpus split into train/valid/test exactly as training sees it, plus load stats.
 
     A set that ``data.valid_path`` or ``data.test_path`` gives is that file; the others are carved
@@ -327,21 +268,19 @@ def load_splits(cfg: DataConfig) -> tuple[datasets.DatasetDict, dict[str, int]]:
     makes its rows (the given sets only when they drop rows), so a changed dev file leaves the
     tokenizer as it is; every later cache keys on the fingerprints of all three.
     """
-    pairs, stats = load_corpus(cfg)
-    given = given_sets(cfg)
-    carve = {
-        "valid": 0 if "valid" in given else cfg.valid_size,
-        "test": 0 if "test" in given else cfg.test_size,
-    }
-    dropped = {name: given[name]._fingerprint for name in given} if cfg.drop_train_overlap else {}
-    train_key = json.dumps([_SPLIT_VERSION, pairs._fingerprint, carve, cfg.split_seed, dropped])
+    pairs, stats = load_corpus(plan)
+    given = given_sets(plan)
+    carve = {name: 0 if name in given else plan.sizes[name] for name in ("valid", "test")}
+    drop = plan.drop_train_overlap
+    dropped = {name: given[name]._fingerprint for name in given} if drop else {}
+    train_key = json.dumps([SPLIT_VERSION, pairs._fingerprint, carve, plan.split_seed, dropped])
     key = digest(json.dumps([train_key, {name: given[name]._fingerprint for name in given}]))
-    save = partial(_save_split, pairs, carve, given, cfg.split_seed, cfg.drop_train_overlap)
-    target = caches(cfg).built(f"split-{key}", save, "train/valid/test split")
-    with np.load(target / _SPLIT_FILE) as saved:
+    save = partial(save_split, pairs, carve, given, plan.split_seed, drop)
+    target = plan.caches.built(f"split-{key}", save, "train/valid/test split")
+    with np.load(target / SPLIT_FILE) as saved:
         indices = {name: saved[name] for name in ("train", "valid", "test")}
-    facts = json.loads((target / _SPLIT_FACTS).read_text())
-    _report_split(carve, facts, bool(given), cfg.drop_train_overlap)
+    facts = json.loads((target / SPLIT_FACTS).read_text())
+    _report_split(carve, facts, bool(given), drop)
     splits = _select(pairs, indices, digest(train_key))
     return datasets.DatasetDict({**splits, **given}), stats
 

@@ -21,6 +21,7 @@ from seq2seq.config import DataConfig, DataError
 from seq2seq.data import corpus
 from seq2seq.data.batching import pair_lengths, too_long
 from seq2seq.data.readers import malformed
+from seq2seq.data.split import evenly_spread
 from seq2seq.data.tokenizers import vocab_size
 from seq2seq.data.tokenizers.tokenizer import TranslationTokenizer
 
@@ -75,7 +76,7 @@ def _whole_corpus(table: pa.Table, langs: tuple[str, str], report: Report) -> No
 
 def _sampled_tokens(pairs: datasets.Dataset, cfg: DataConfig, report: Report) -> None:
     """Token lengths at ``data.vocab_size`` and the suggested size, from one BPE on a sample."""
-    sample = corpus.evenly_spread(pairs, SAMPLE_PAIRS)
+    sample = evenly_spread(pairs, SAMPLE_PAIRS)
     src, tgt = sample["src"][:], sample["tgt"][:]
     size = max(vocab_size.CANDIDATES[-1], cfg.vocab_size)
     tokenizer = TranslationTokenizer.train(iter(src), iter(tgt), size, cfg.shared_vocab)
@@ -99,7 +100,7 @@ def _sampled_tokens(pairs: datasets.Dataset, cfg: DataConfig, report: Report) ->
 def describe_corpus(cfg: DataConfig) -> Report:
     """Read the corpus as training would (building its cache) and measure it."""
     start = time.perf_counter()
-    pairs, stats = corpus.read_corpus(cfg)
+    pairs, stats = corpus.read_corpus(corpus.CorpusPlan.of(cfg))
     report = Report(stats, _verdict(stats, cfg.max_malformed_share), 0, 0, 0)
     langs = (cfg.source_lang, cfg.target_lang)
     _whole_corpus(pairs.with_format("arrow")[:], langs, report)  # as selected (a hub dataset is filtered)

@@ -19,9 +19,9 @@ from omegaconf.errors import OmegaConfBaseException
 
 from seq2seq.command_line import help_asked
 from seq2seq.config import RUN_SCHEMA, ConfigError, DataConfig, DataError, validated
-from seq2seq.data.corpus import HELD_OUT_PARTS, held_out_sizes
 from seq2seq.data.describe import PERCENTILES, Report, describe_corpus
 from seq2seq.data.readers import malformed
+from seq2seq.data.split import HELD_OUT_PARTS, held_out_sizes
 from seq2seq.data.tokenizers import vocab_size
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"  # a checkout's; an installed package has none

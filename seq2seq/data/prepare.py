@@ -27,6 +27,8 @@ import numpy as np
 from seq2seq.config import DataConfig, DataError
 from seq2seq.data import batching, corpus, encoded
 from seq2seq.data.cache import digest
+from seq2seq.data.corpus import CorpusPlan
+from seq2seq.data.split import evenly_spread
 from seq2seq.data.streamed import build
 from seq2seq.data.streamed.batches import StreamedPairs
 from seq2seq.data.tokenizers.tokenizer import TranslationTokenizer, config_key
@@ -60,13 +62,14 @@ def prepare(cfg: DataConfig, tokenizer: TranslationTokenizer | None) -> Prepared
 
     ``tokenizer``: a checkpoint's or ``data.tokenizer_file``'s; None: one learnt from the train split.
     """
-    return _streamed(cfg, tokenizer) if cfg.streaming else _in_memory(cfg, tokenizer)
+    plan = CorpusPlan.of(cfg)
+    return _streamed(cfg, plan, tokenizer) if cfg.streaming else _in_memory(cfg, plan, tokenizer)
 
 
-def _in_memory(cfg: DataConfig, tokenizer: TranslationTokenizer | None) -> PreparedData:
+def _in_memory(cfg: DataConfig, plan: CorpusPlan, tokenizer: TranslationTokenizer | None) -> PreparedData:
     """The corpus split (memory-mapped text), the tokenizer, and the ids of every split, each a cache."""
-    raw, corpus_stats = corpus.load_splits(cfg)
-    caches = corpus.caches(cfg)
+    raw, corpus_stats = corpus.split_corpus(plan)
+    caches = plan.caches
     if tokenizer is None:
         train = raw["train"]
         tokenizer_key = "tokenizer-" + digest(
@@ -93,10 +96,9 @@ def _in_memory(cfg: DataConfig, tokenizer: TranslationTokenizer | None) -> Prepa
     return PreparedData(tokenizer, splits, raw, lengths, stats)
 
 
-def _streamed(cfg: DataConfig, tokenizer: TranslationTokenizer | None) -> PreparedData:
+def _streamed(cfg: DataConfig, plan: CorpusPlan, tokenizer: TranslationTokenizer | None) -> PreparedData:
     """The held-out splits as without streaming; the training pairs stay in the sharded store."""
-    data = build.build(cfg, tokenizer=tokenizer)
-    tokenizer = tokenizer or TranslationTokenizer.load(data.tokenizer_dir)
+    data = build.open_store(plan, build.StoreSettings.of(cfg), tokenizer=tokenizer)
     held_out = {name: encoded.load_split(data.held_out_ids, name) for name in build.HELD_OUT}
     splits, lengths, too_long = _within_max_length(held_out, cfg.max_length, cfg.too_long)
     rows, over = data.store.rows, data.store.too_long(cfg.max_length)
@@ -105,7 +107,7 @@ def _streamed(cfg: DataConfig, tokenizer: TranslationTokenizer | None) -> Prepar
     stats = _stats(data.corpus_stats["malformed_lines"], rows, {"train": over, **too_long}, counts)
     _report_too_long(stats, cfg.max_length, cfg.too_long)
     log.info("data ready (streamed from %s): %s", data.store.root, stats)
-    return PreparedData(tokenizer, splits, data.held_out(), lengths, stats, StreamedPairs(data.store))
+    return PreparedData(data.tokenizer, splits, data.held_out(), lengths, stats, StreamedPairs(data.store))
 
 
 def _texts(dataset: datasets.Dataset, column: str) -> Iterator[str]:
@@ -121,7 +123,7 @@ def _train_tokenizer(
     On a corpus of millions of pairs, an evenly spread sample of a million (the file may be sorted,
     by length for one) learns nearly the same merges at a fraction of the time and memory.
     """
-    train = corpus.evenly_spread(train, max_pairs)
+    train = evenly_spread(train, max_pairs)
     log.info("training a %d-token BPE tokenizer on %d pairs", vocab_size, len(train))
     tokenizer = TranslationTokenizer.train(_texts(train, "src"), _texts(train, "tgt"), vocab_size, shared)
     tokenizer.save(directory)

@@ -18,7 +18,7 @@ from torch import Tensor
 
 from seq2seq.config import ConfigError, DataConfig, DecodeConfig, ModelConfig, OptimConfig
 from seq2seq.data.batching import Batch
-from seq2seq.data.corpus import cache_root
+from seq2seq.data.cache import cache_root
 from seq2seq.data.tokenizers.tokenizer import TranslationTokenizer
 from seq2seq.formats.checkpoint import KEY, resume_state, seq2seq_entry
 from seq2seq.inference.evaluation import score

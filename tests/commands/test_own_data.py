@@ -7,7 +7,7 @@ import gzip
 from pathlib import Path
 
 from seq2seq.config import DataConfig
-from seq2seq.data.corpus import load_corpus
+from seq2seq.data.corpus import CorpusPlan, load_corpus
 from seq2seq.formats.checkpoint import load_model
 from seq2seq.launch.start import start_run
 from tests.helpers.compose import ROOT, tiny_job
@@ -53,6 +53,6 @@ def test_a_latin1_tsv_stops_train_py_in_one_line_and_reads_with_its_encoding(tmp
     )
     assert not run_dir.exists()
     cfg = DataConfig(path=str(path), encoding="latin-1", cache_dir=str(tmp_path / "cache"))
-    pairs, stats = load_corpus(cfg)
+    pairs, stats = load_corpus(CorpusPlan.of(cfg))
     assert stats["malformed_lines"] == 0
     assert ["\t".join(pair) for pair in zip(pairs["src"][:], pairs["tgt"][:], strict=True)] == lines

@@ -9,7 +9,7 @@ import datasets
 import pytest
 
 from seq2seq.config import DataConfig, DataError
-from seq2seq.data.corpus import load_corpus, load_splits, references
+from seq2seq.data.corpus import CorpusPlan, load_corpus, load_splits, references
 from seq2seq.data.readers.sources import resolve_path
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
@@ -23,7 +23,8 @@ def test_broken_lines_are_skipped_and_counted_exactly(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     with caplog.at_level(logging.WARNING, logger="seq2seq.data"):
-        pairs, stats = load_corpus(_cfg(FIXTURES / "broken.tsv", tmp_path, max_malformed_share=0.5))
+        cfg = _cfg(FIXTURES / "broken.tsv", tmp_path, max_malformed_share=0.5)
+        pairs, stats = load_corpus(CorpusPlan.of(cfg))
     counts = {cause: entry["count"] for cause, entry in stats["malformed"].items()}
     assert (stats["pairs"], stats["malformed_lines"]) == (5, 5)
     assert counts == {"wrong_columns": 2, "empty_side": 2, "undecodable": 1}
@@ -40,9 +41,9 @@ def test_broken_lines_are_skipped_and_counted_exactly(
 
 def test_cached_corpus_is_reused(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     cfg = _cfg(FIXTURES / "tiny.tsv", tmp_path)
-    first, _ = load_corpus(cfg)
+    first, _ = load_corpus(CorpusPlan.of(cfg))
     with caplog.at_level(logging.INFO, logger="seq2seq.data"):
-        second, stats = load_corpus(cfg)
+        second, stats = load_corpus(CorpusPlan.of(cfg))
     assert not [r for r in caplog.records if "reading" in r.getMessage()]
     assert len(second) == len(first) == stats["pairs"] == 300
     assert second._fingerprint == first._fingerprint
@@ -50,20 +51,20 @@ def test_cached_corpus_is_reused(tmp_path: Path, caplog: pytest.LogCaptureFixtur
 
 
 def test_direction_swaps_columns(tmp_path: Path) -> None:
-    en_es, _ = load_corpus(_cfg(FIXTURES / "tiny.tsv", tmp_path))
-    es_en, _ = load_corpus(_cfg(FIXTURES / "tiny.tsv", tmp_path, direction="es-en"))
+    en_es, _ = load_corpus(CorpusPlan.of(_cfg(FIXTURES / "tiny.tsv", tmp_path)))
+    es_en, _ = load_corpus(CorpusPlan.of(_cfg(FIXTURES / "tiny.tsv", tmp_path, direction="es-en")))
     assert es_en["src"][:5] == en_es["tgt"][:5] and es_en["tgt"][:5] == en_es["src"][:5]
 
 
 def test_clear_errors(tmp_path: Path) -> None:
     with pytest.raises(DataError, match="not found"):
-        load_corpus(_cfg(tmp_path / "missing.tsv", tmp_path))
+        load_corpus(CorpusPlan.of(_cfg(tmp_path / "missing.tsv", tmp_path)))
     (tmp_path / "empty.tsv").write_text("")
     with pytest.raises(DataError, match="has no lines"):
-        load_corpus(_cfg(tmp_path / "empty.tsv", tmp_path))
+        load_corpus(CorpusPlan.of(_cfg(tmp_path / "empty.tsv", tmp_path)))
     (tmp_path / "bad.tsv").write_text("no tab\nalso no tab\n")
     with pytest.raises(DataError, match="2 of 2 lines are malformed"):
-        load_corpus(_cfg(tmp_path / "bad.tsv", tmp_path))
+        load_corpus(CorpusPlan.of(_cfg(tmp_path / "bad.tsv", tmp_path)))
     assert not list((tmp_path / "cache").glob("corpus-*"))  # failures leave no cache behind
 
 
@@ -77,7 +78,7 @@ def _sources(dataset: datasets.Dataset) -> set[str]:
 
 
 def test_split_groups_by_source_and_is_deterministic(tmp_path: Path) -> None:
-    pairs, _ = load_corpus(_cfg(FIXTURES / "tiny.tsv", tmp_path))
+    pairs, _ = load_corpus(CorpusPlan.of(_cfg(FIXTURES / "tiny.tsv", tmp_path)))
     splits, _ = load_splits(_cfg(FIXTURES / "tiny.tsv", tmp_path, valid_size=20, test_size=25, split_seed=3))
     train, valid, test = (_sources(splits[name]) for name in ("train", "valid", "test"))
     assert (len(valid), len(test)) == (20, 25)
@@ -97,7 +98,7 @@ def test_split_of_a_small_corpus_holds_out_at_least_one_source_each(tmp_path: Pa
 
 
 def test_references_collect_every_translation(tmp_path: Path) -> None:
-    pairs, _ = load_corpus(_cfg(FIXTURES / "tiny.tsv", tmp_path))
+    pairs, _ = load_corpus(CorpusPlan.of(_cfg(FIXTURES / "tiny.tsv", tmp_path)))
     sources, refs = references(pairs)
     assert len(sources) == len(set(sources)) == len(refs)
     assert sum(map(len, refs)) == len(pairs)

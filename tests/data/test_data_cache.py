@@ -9,7 +9,7 @@ import multiprocessing
 import os
 import signal
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from functools import partial
 from pathlib import Path
 
@@ -18,6 +18,8 @@ import pytest
 from seq2seq.config import DataConfig, DataError
 from seq2seq.data.cache import build_once, file_digest
 from seq2seq.data.datamodule import TranslationDataModule
+from seq2seq.data.prepare import prepare
+from tests.helpers.tiny import CORPUS
 
 FORK = multiprocessing.get_context("fork")  # cheap separate processes: each holds its own locks
 SPAWN = multiprocessing.get_context(
@@ -146,3 +148,30 @@ def test_the_scratch_folder_of_a_killed_build_goes_with_the_next_build(tmp_path:
     assert len(_scratch(tmp_path)) == 1  # what it left
     assert build_once(target, lambda directory: (directory / "done").touch(), "tokenizer", timeout=5)
     assert _scratch(tmp_path) == [] and (target / "done").is_file()
+
+
+def _cache_names(cfg: DataConfig) -> list[str]:
+    prepare(cfg, None)
+    return sorted(p.name for p in Path(cfg.cache_dir).iterdir() if p.is_dir() and p.name != "digests")
+
+
+def test_cache_names_of_the_tiny_corpus_stay_as_they_were(tiny_data_cfg: DataConfig, tmp_path: Path) -> None:
+    """Every cache is named by a digest of its inputs: a name that changed with the code, not the
+    inputs, would make every user re-build every cache."""
+    dev = tmp_path / "dev.tsv"
+    dev.write_text(
+        "".join(CORPUS.read_text(encoding="utf-8").splitlines(keepends=True)[:20]), encoding="utf-8"
+    )
+    corpus = "corpus-04b835c41e383d90"
+    assert _cache_names(tiny_data_cfg) == [
+        corpus, "encoded-cb430b7630023697", "split-ed41371f60e5815c", "tokenizer-0a2d68bdf77d8d5c"
+    ]  # fmt: skip
+    given = replace(
+        tiny_data_cfg, cache_dir=str(tmp_path / "given"), valid_path=str(dev), drop_train_overlap=True
+    )
+    assert _cache_names(given) == [
+        corpus, "corpus-aad96e780e2e15e7", "encoded-afc5af32b3044cbb", "split-6f4e71605c2cd28d",
+        "tokenizer-fa50a53645317621",
+    ]  # fmt: skip
+    streamed = replace(tiny_data_cfg, cache_dir=str(tmp_path / "streamed"), streaming=True, shard_pairs=100)
+    assert _cache_names(streamed) == [corpus, "stream-185fce55d84f0451", "stream-split-7edf53ea4c5aed4b"]

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from seq2seq.config import DataConfig
-from seq2seq.data.corpus import cache_root
+from seq2seq.data.cache import cache_root
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.data.tokenizers.tokenizer import BOS_ID, EOS_ID, PAD_ID
 

@@ -10,8 +10,9 @@ import datasets
 import pytest
 
 from seq2seq.config import DataConfig, DataError, validated_run
-from seq2seq.data.corpus import given_sets, held_out_sizes, held_out_split, load_splits
+from seq2seq.data.corpus import CorpusPlan, given_sets, held_out_split, load_splits
 from seq2seq.data.datamodule import TranslationDataModule
+from seq2seq.data.split import held_out_sizes
 from seq2seq.inference import cli
 from seq2seq.launch.start import start_run
 from tests.helpers.compose import tiny_run
@@ -57,9 +58,19 @@ def test_one_held_out_split_is_read_without_the_other_ones_file(tmp_path: Path) 
         held_out_split(given, "test")
 
 
+def test_a_given_held_out_set_is_read_without_the_corpus(tmp_path: Path) -> None:
+    """``translate.py --eval valid`` of a run whose data.path has moved since."""
+    corpus = write(tmp_path / "corpus.tsv", CORPUS.read_text(encoding="utf-8").splitlines())
+    valid = write(tmp_path / "dev.tsv", LINES[:20])
+    moved = DataConfig(path=str(corpus), valid_path=str(valid), cache_dir=str(tmp_path / "cache"))
+    corpus.unlink()
+    assert sources(held_out_split(moved, "valid")) == [line.split("\t")[0] for line in LINES[:20]]
+
+
 def test_a_given_set_that_matches_no_file_is_named_by_its_own_key(tmp_path: Path) -> None:
     with pytest.raises(DataError, match=r"^data\.valid_path '.*dev-\*\.tsv' matches no file"):
         load_splits(config(tmp_path, valid_path=str(tmp_path / "dev-*.tsv")))
+    assert not (tmp_path / "cache").exists()  # found missing before the corpus cache is built
 
 
 def test_a_hub_corpus_takes_local_given_sets(tmp_path: Path) -> None:
@@ -72,7 +83,7 @@ def test_a_hub_corpus_takes_local_given_sets(tmp_path: Path) -> None:
         valid_path=str(valid),
         cache_dir=str(tmp_path),
     )
-    assert sources(given_sets(cfg)["valid"]) == [line.split("\t")[0] for line in LINES[:5]]
+    assert sources(given_sets(CorpusPlan.of(cfg))["valid"]) == [line.split("\t")[0] for line in LINES[:5]]
 
 
 def test_a_set_not_given_is_carved_out_as_before(tmp_path: Path) -> None:

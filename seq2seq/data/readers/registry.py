@@ -20,17 +20,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from seq2seq.config import DataConfig, DataError
+from seq2seq.config import DataError
 from seq2seq.data.readers.malformed import Tally
-from seq2seq.data.readers.sources import ALIGNED, DATASETS, Source
+from seq2seq.data.readers.sources import ALIGNED, DATASETS, Reading, Source
 from seq2seq.data.readers.text import Record, read_aligned, read_csv, read_jsonl, read_tsv
 
 _BATCH = 10_000  # rows per Arrow batch read from parquet or a save_to_disk folder
 
 
-def _columns(table: pa.Table, cfg: DataConfig, where: Path) -> tuple[pa.ChunkedArray, pa.ChunkedArray]:
+def _columns(table: pa.Table, reading: Reading, where: Path) -> tuple[pa.ChunkedArray, pa.ChunkedArray]:
     """The two languages' columns: top-level ones, or fields of the nested struct column."""
-    langs, field = (cfg.source_lang, cfg.target_lang), cfg.hub_translation_field
+    langs, field = (reading.source_lang, reading.target_lang), reading.hub_translation_field
     if all(lang in table.column_names for lang in langs):
         return table.column(langs[0]), table.column(langs[1])
     if field in table.column_names and pa.types.is_struct(table.column(field).type):
@@ -43,28 +43,28 @@ def _columns(table: pa.Table, cfg: DataConfig, where: Path) -> tuple[pa.ChunkedA
     )
 
 
-def _rows_of(tables: Iterator[pa.Table], cfg: DataConfig, where: Path) -> Iterator[Record]:
+def _rows_of(tables: Iterator[pa.Table], reading: Reading, where: Path) -> Iterator[Record]:
     start = 1
     for table in tables:
-        src, tgt = _columns(table, cfg, where)
+        src, tgt = _columns(table, reading, where)
         pairs = zip(src.to_pylist(), tgt.to_pylist(), strict=True)
         yield from ((start + i, s, t) for i, (s, t) in enumerate(pairs))
         start += len(table)
 
 
-def _read_parquet(source: Source, cfg: DataConfig, tally: Tally) -> Iterator[Record]:
+def _read_parquet(source: Source, reading: Reading, tally: Tally) -> Iterator[Record]:
     batches = pq.ParquetFile(source.files[0]).iter_batches(batch_size=_BATCH)
-    yield from _rows_of((pa.Table.from_batches([b]) for b in batches), cfg, source.files[0])
+    yield from _rows_of((pa.Table.from_batches([b]) for b in batches), reading, source.files[0])
 
 
-def _read_saved(source: Source, cfg: DataConfig, tally: Tally) -> Iterator[Record]:
+def _read_saved(source: Source, reading: Reading, tally: Tally) -> Iterator[Record]:
     folder = source.files[0]
     saved = datasets.load_from_disk(str(folder))
     if isinstance(saved, datasets.DatasetDict):
-        if cfg.hub_split not in saved:
+        if reading.hub_split not in saved:
             raise DataError(f"{folder} holds the splits {', '.join(saved)}: choose one with data.hub_split")
-        saved = saved[cfg.hub_split]
-    yield from _rows_of(saved.with_format("arrow").iter(batch_size=_BATCH), cfg, folder)
+        saved = saved[reading.hub_split]
+    yield from _rows_of(saved.with_format("arrow").iter(batch_size=_BATCH), reading, folder)
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ class Format:
     """How one format is read: the reader, the data.* options that change what it yields (the
     corpus cache keys on them), and what one record is called in messages."""
 
-    read: Callable[[Source, DataConfig, Tally], Iterator[Record]]
+    read: Callable[[Source, Reading, Tally], Iterator[Record]]
     options: tuple[str, ...]
     unit: str
 
@@ -87,8 +87,8 @@ FORMATS = {
 }
 
 
-def _tally_unusable(values: tuple, number: int, files: list[Path], cfg: DataConfig, tally: Tally) -> None:
-    for lang, file, value in zip((cfg.source_lang, cfg.target_lang), files, values, strict=True):
+def _tally_unusable(values: tuple, number: int, files: list[Path], reading: Reading, tally: Tally) -> None:
+    for lang, file, value in zip((reading.source_lang, reading.target_lang), files, values, strict=True):
         if value is not None and not isinstance(value, str):
             tally.bad("not_text", file, number, f"its {lang} value is a {type(value).__name__}, not text")
             return
@@ -98,15 +98,15 @@ def _tally_unusable(values: tuple, number: int, files: list[Path], cfg: DataConf
             return
 
 
-def clean_pairs(source: Source, cfg: DataConfig, tally: Tally) -> Iterator[tuple[str, str]]:
+def clean_pairs(source: Source, reading: Reading, tally: Tally) -> Iterator[tuple[str, str]]:
     """(source, target) of every record with text on both sides, stripped; tallies the rest."""
-    columns = list(cfg.columns)
-    files = [source.file_of(columns.index(lang)) for lang in (cfg.source_lang, cfg.target_lang)]
-    for number, src, tgt in FORMATS[source.format].read(source, cfg, tally):
+    columns = list(reading.columns)
+    files = [source.file_of(columns.index(lang)) for lang in (reading.source_lang, reading.target_lang)]
+    for number, src, tgt in FORMATS[source.format].read(source, reading, tally):
         if isinstance(src, str) and isinstance(tgt, str):
             src_text, tgt_text = src.strip(), tgt.strip()
             if src_text and tgt_text:
                 tally.pairs += 1
                 yield src_text, tgt_text
                 continue
-        _tally_unusable((src, tgt), number, files, cfg, tally)
+        _tally_unusable((src, tgt), number, files, reading, tally)

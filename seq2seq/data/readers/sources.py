@@ -1,4 +1,5 @@
-"""What ``data.path`` points at: the format of the corpus and its files, and their content digest.
+"""What ``data.path`` points at: the format of the corpus and its files, and their content digest;
+and how its records are read (:class:`Reading`).
 
 ``data.path`` is one of
 - a file, its format named by its suffix (:data:`SUFFIXES`, ``.gz`` allowed);
@@ -25,6 +26,29 @@ DATASETS = "datasets"  # a save_to_disk folder
 ALIGNED = "aligned"  # one plain-text file per language
 _SAVED_MARKERS = ("dataset_info.json", "dataset_dict.json")  # what save_to_disk writes into its folder
 _GLOB_CHARS = "*?["
+
+
+@dataclass(frozen=True)
+class Reading:
+    """How a corpus's records become pairs, whatever files hold them: the ``data.*`` keys that the
+    readers and the corpus cache's name read, under their names there, taken once from the config."""
+
+    columns: tuple[str, ...]  # the language of each column or aligned file
+    direction: str  # "<src>-<tgt>"
+    source_lang: str
+    target_lang: str
+    encoding: str
+    header: bool | None
+    hub_translation_field: str | None
+    hub_split: str
+
+    @classmethod
+    def of(cls, cfg: DataConfig) -> Reading:
+        """The reading options of ``cfg``."""
+        return cls(
+            tuple(cfg.columns), cfg.direction, cfg.source_lang, cfg.target_lang, cfg.encoding,
+            cfg.header, cfg.hub_translation_field, cfg.hub_split,
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -81,10 +105,9 @@ def _language_of(path: Path) -> str:
     return Path(path.name.removesuffix(".gz")).suffix.removeprefix(".")
 
 
-def _aligned(paths: list[Path], cfg: DataConfig, listed: bool) -> Source:
+def _aligned(paths: list[Path], columns: list[str], listed: bool) -> Source:
     """Aligned files ordered like ``data.columns``: a list by position, a glob by suffix; a file
     whose suffix names another language of ``data.columns`` than its position is an error."""
-    columns = list(cfg.columns)
     if len(paths) != len(columns):
         raise DataError(
             f"data.path gives {len(paths)} files ({', '.join(p.name for p in paths)}); aligned text "
@@ -122,13 +145,14 @@ def _single(path: Path) -> Source:
     return Source(SUFFIXES[suffix], (path,))
 
 
-def locate(cfg: DataConfig) -> Source:
-    """The :class:`Source` that ``cfg.path`` names."""
-    listed = isinstance(cfg.path, list | tuple)
+def locate(path: str | list[str], columns: tuple[str, ...]) -> Source:
+    """The :class:`Source` that ``path`` (``data.path``, or a given set's) names; ``columns`` are
+    ``data.columns``, which order aligned files."""
+    listed = isinstance(path, list | tuple)
     if listed:
-        paths = [resolve_path(p) for p in cfg.path]
-    elif any(char in cfg.path for char in _GLOB_CHARS):
-        paths = _expand(cfg.path)
+        paths = [resolve_path(p) for p in path]
+    elif any(char in path for char in _GLOB_CHARS):
+        paths = _expand(path)
     else:
-        paths = [resolve_path(cfg.path)]
-    return _single(paths[0]) if len(paths) == 1 else _aligned(paths, cfg, listed)
+        paths = [resolve_path(path)]
+    return _single(paths[0]) if len(paths) == 1 else _aligned(paths, list(columns), listed)

@@ -17,9 +17,9 @@ from itertools import zip_longest
 from pathlib import Path
 from typing import Any, TextIO
 
-from seq2seq.config import DataConfig, DataError
+from seq2seq.config import DataError
 from seq2seq.data.readers.malformed import Tally
-from seq2seq.data.readers.sources import Source
+from seq2seq.data.readers.sources import Reading, Source
 
 log = logging.getLogger("seq2seq.data")
 
@@ -48,7 +48,7 @@ def _lines(path: Path, encoding: str) -> Iterator[str]:
             yield line.rstrip("\r\n")
 
 
-def _decodable(text: str, path: Path, number: int, cfg: DataConfig, tally: Tally) -> bool:
+def _decodable(text: str, path: Path, number: int, reading: Reading, tally: Tally) -> bool:
     """False, and tallied, for text with NUL (UTF-16 read as UTF-8, say) or bytes the codec could not
     decode (escaped as lone surrogates, which no UTF-8 encoder takes)."""
     if "\x00" not in text:
@@ -59,19 +59,19 @@ def _decodable(text: str, path: Path, number: int, cfg: DataConfig, tally: Tally
             return True
         except UnicodeEncodeError:
             pass
-    tally.undecodable(path, number, (text + "\n").encode(cfg.encoding, "surrogateescape"))
+    tally.undecodable(path, number, (text + "\n").encode(reading.encoding, "surrogateescape"))
     return False
 
 
-def _is_header(fields: list[str], cfg: DataConfig, path: Path) -> bool:
+def _is_header(fields: list[str], reading: Reading, path: Path) -> bool:
     """``data.header``, or when it is null, whether the fields are the names in ``data.columns``."""
-    if cfg.header is not None:
-        return cfg.header
-    names, columns = [f.strip().lower() for f in fields], [c.lower() for c in cfg.columns]
+    if reading.header is not None:
+        return reading.header
+    names, columns = [f.strip().lower() for f in fields], [c.lower() for c in reading.columns]
     if names != columns and sorted(names) == sorted(columns):
         raise DataError(
             f"{path}: line 1 names the columns {','.join(names)} but data.columns is "
-            f"[{','.join(cfg.columns)}]: set data.columns=[{','.join(names)}]"
+            f"[{','.join(reading.columns)}]: set data.columns=[{','.join(names)}]"
         )
     if names == columns:
         log.info("%s: line 1 names the columns (%s): read as a header, not a pair", path, ",".join(names))
@@ -89,18 +89,18 @@ def _column_fix(found: int, kind: str, columns: list[str]) -> str:
 
 
 def _fields(
-    rows: Iterator[tuple[int, list[str]]], kind: str, source: Source, cfg: DataConfig, tally: Tally
+    rows: Iterator[tuple[int, list[str]]], kind: str, source: Source, reading: Reading, tally: Tally
 ) -> Iterator[Record]:
     """Records of a TSV or CSV: the header skipped, rows with the wrong field count tallied."""
-    path, columns = source.files[0], list(cfg.columns)
-    src, tgt = columns.index(cfg.source_lang), columns.index(cfg.target_lang)
+    path, columns = source.files[0], list(reading.columns)
+    src, tgt = columns.index(reading.source_lang), columns.index(reading.target_lang)
     first = True
     for number, fields in rows:
         if not fields or (len(fields) == 1 and not fields[0].strip()):  # a blank line
             continue
         if first:
             first = False
-            if _is_header(fields, cfg, path):
+            if _is_header(fields, reading, path):
                 continue
         if len(fields) != len(columns):
             tally.bad("wrong_columns", path, number, _column_fix(len(fields), kind, columns))
@@ -108,53 +108,53 @@ def _fields(
         yield number, fields[src], fields[tgt]
 
 
-def read_tsv(source: Source, cfg: DataConfig, tally: Tally) -> Iterator[Record]:
+def read_tsv(source: Source, reading: Reading, tally: Tally) -> Iterator[Record]:
     """Tab-separated fields, one record a line (``.txt`` too); blank lines are no records."""
     path = source.files[0]
     rows = (
         (number, line.split("\t"))
-        for number, line in enumerate(_lines(path, cfg.encoding), 1)
-        if line.strip() and _decodable(line, path, number, cfg, tally)
+        for number, line in enumerate(_lines(path, reading.encoding), 1)
+        if line.strip() and _decodable(line, path, number, reading, tally)
     )
-    yield from _fields(rows, "tab", source, cfg, tally)
+    yield from _fields(rows, "tab", source, reading, tally)
 
 
-def _csv_rows(path: Path, cfg: DataConfig, tally: Tally) -> Iterator[tuple[int, list[str]]]:
+def _csv_rows(path: Path, reading: Reading, tally: Tally) -> Iterator[tuple[int, list[str]]]:
     """Each record with the line it starts on (a quoted field may hold line breaks)."""
-    with _text(path, cfg.encoding, "") as handle:
+    with _text(path, reading.encoding, "") as handle:
         reader = csv.reader(handle)
         start = 1
         try:
             for fields in reader:
                 if start == 1 and fields:
                     fields[0] = fields[0].removeprefix("\ufeff")
-                if _decodable("\n".join(fields), path, start, cfg, tally):
+                if _decodable("\n".join(fields), path, start, reading, tally):
                     yield start, fields
                 start = reader.line_num + 1
         except csv.Error as err:
             raise DataError(f"{path}: line {reader.line_num}: {err} (a quote that is never closed?)") from err
 
 
-def read_csv(source: Source, cfg: DataConfig, tally: Tally) -> Iterator[Record]:
+def read_csv(source: Source, reading: Reading, tally: Tally) -> Iterator[Record]:
     """Comma-separated fields as Excel writes them: quotes around a field with commas, quotes or breaks."""
-    yield from _fields(_csv_rows(source.files[0], cfg, tally), "comma", source, cfg, tally)
+    yield from _fields(_csv_rows(source.files[0], reading, tally), "comma", source, reading, tally)
 
 
-def _keyed(record: dict, cfg: DataConfig) -> tuple[Any, Any] | None:
+def _keyed(record: dict, reading: Reading) -> tuple[Any, Any] | None:
     """A record's values for the two languages: top-level keys, or nested under the field."""
-    nested = record.get(cfg.hub_translation_field) if cfg.hub_translation_field else None
+    nested = record.get(reading.hub_translation_field) if reading.hub_translation_field else None
     for holder in (record, nested):
-        if isinstance(holder, dict) and cfg.source_lang in holder and cfg.target_lang in holder:
-            return holder[cfg.source_lang], holder[cfg.target_lang]
+        if isinstance(holder, dict) and reading.source_lang in holder and reading.target_lang in holder:
+            return holder[reading.source_lang], holder[reading.target_lang]
     return None
 
 
-def read_jsonl(source: Source, cfg: DataConfig, tally: Tally) -> Iterator[Record]:
+def read_jsonl(source: Source, reading: Reading, tally: Tally) -> Iterator[Record]:
     """One JSON object a line, a key per language (other keys ignored), or nested under the field."""
     path = source.files[0]
-    keys = f'{{"{cfg.source_lang}": ..., "{cfg.target_lang}": ...}}'
-    for number, line in enumerate(_lines(path, cfg.encoding), 1):
-        if not line.strip() or not _decodable(line, path, number, cfg, tally):
+    keys = f'{{"{reading.source_lang}": ..., "{reading.target_lang}": ...}}'
+    for number, line in enumerate(_lines(path, reading.encoding), 1):
+        if not line.strip() or not _decodable(line, path, number, reading, tally):
             continue
         try:
             record = json.loads(line)
@@ -162,8 +162,9 @@ def read_jsonl(source: Source, cfg: DataConfig, tally: Tally) -> Iterator[Record
             record = None
         if not isinstance(record, dict):
             tally.bad("bad_json", path, number, f"each line must hold one JSON object {keys}")
-        elif (values := _keyed(record, cfg)) is None:
-            fix = f"each record needs {keys} (data.direction), optionally under {cfg.hub_translation_field!r}"
+        elif (values := _keyed(record, reading)) is None:
+            nested = reading.hub_translation_field
+            fix = f"each record needs {keys} (data.direction), optionally under {nested!r}"
             tally.bad("missing_language", path, number, fix)
         else:
             yield number, *values
@@ -174,11 +175,11 @@ def _line_counts_differ(source: Source, counts: list[int]) -> DataError:
     return DataError(f"aligned files differ in length: {listed}; line N of each must translate line N")
 
 
-def read_aligned(source: Source, cfg: DataConfig, tally: Tally) -> Iterator[Record]:
+def read_aligned(source: Source, reading: Reading, tally: Tally) -> Iterator[Record]:
     """Line N of every file together; a line undecodable in any file is one malformed record."""
-    columns = list(cfg.columns)
-    src, tgt = columns.index(cfg.source_lang), columns.index(cfg.target_lang)
-    streams = [_lines(path, cfg.encoding) for path in source.files]
+    columns = list(reading.columns)
+    src, tgt = columns.index(reading.source_lang), columns.index(reading.target_lang)
+    streams = [_lines(path, reading.encoding) for path in source.files]
     end = object()
     for number, lines in enumerate(zip_longest(*streams, fillvalue=end), 1):
         if end in lines:  # a file ended: count what the others hold
@@ -187,5 +188,7 @@ def read_aligned(source: Source, cfg: DataConfig, tally: Tally) -> Iterator[Reco
             raise _line_counts_differ(source, counts)
         if not any(line.strip() for line in lines):
             continue
-        if all(_decodable(line, p, number, cfg, tally) for line, p in zip(lines, source.files, strict=True)):
+        if all(
+            _decodable(line, p, number, reading, tally) for line, p in zip(lines, source.files, strict=True)
+        ):
             yield number, lines[src], lines[tgt]

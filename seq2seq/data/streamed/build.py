@@ -29,6 +29,7 @@ from seq2seq.command_line import help_asked
 from seq2seq.config import ConfigError, DataConfig, DataError
 from seq2seq.data import corpus, encoded
 from seq2seq.data.cache import build_once, digest, held_elsewhere
+from seq2seq.data.corpus import CorpusPlan, HubDataset
 from seq2seq.data.inspect import data_config
 from seq2seq.data.readers import malformed
 from seq2seq.data.streamed.shards import Store, id_lists, id_type, write_manifest, write_shard
@@ -56,7 +57,7 @@ class StreamedData:
     """A built store and what training needs beside it."""
 
     store: Store
-    tokenizer_dir: Path
+    tokenizer: TranslationTokenizer  # what encoded the store: given, or learnt from the split
     held_out_ids: Path  # ``<split>.arrow`` of :mod:`seq2seq.data.encoded` for valid and test
     held_out_text: Path  # ``<split>.arrow``: their text, as the corpus cache holds it
     corpus_stats: dict
@@ -76,6 +77,11 @@ def _held_out_texts(directory: Path) -> datasets.DatasetDict:
             for name in HELD_OUT
         }
     )
+
+
+def _encode_held_out(split_dir: Path, tokenizer: TranslationTokenizer, directory: Path) -> None:
+    """The held-out splits' ids, their text opened only when the cache is built."""
+    encoded.encode_splits(_held_out_texts(split_dir), tokenizer, directory)
 
 
 def _texts(path: Path, column: str) -> Iterator[str]:
@@ -156,43 +162,58 @@ def _process() -> tuple[int, int]:
     return int(rank), max(1, int(size))
 
 
+@dataclass(frozen=True)
+class StoreSettings:
+    """What shapes the store beyond the corpus plan: the learnt tokenizer's ``data.vocab_size``,
+    ``data.shared_vocab`` and ``data.tokenizer_max_pairs`` (its sample), and ``data.shard_pairs``."""
+
+    vocab_size: int
+    shared_vocab: bool
+    sample_pairs: int
+    shard_pairs: int
+
+    @classmethod
+    def of(cls, cfg: DataConfig) -> StoreSettings:
+        """The store settings of ``cfg``."""
+        return cls(cfg.vocab_size, cfg.shared_vocab, cfg.tokenizer_max_pairs, cfg.shard_pairs)
+
+
 def split_key(settings: SplitSettings, corpus_name: str) -> str:
     """Everything that changes the streamed split: not the tokenizer, so evaluation finds it from the
     data config alone."""
     return json.dumps([_STORE_VERSION, corpus_name, list(astuple(settings))])
 
 
-def store_key(cfg: DataConfig, split_name: str, block_rows: int, given: TranslationTokenizer | None) -> str:
+def store_key(
+    settings: StoreSettings, split_name: str, block_rows: int, given: TranslationTokenizer | None
+) -> str:
     """Everything that changes what the store holds beyond its split."""
     if given is None:
-        tokens = [config_key(cfg.vocab_size, cfg.shared_vocab), cfg.tokenizer_max_pairs]
+        tokens = [config_key(settings.vocab_size, settings.shared_vocab), settings.sample_pairs]
     else:
         tokens = ["given", digest(json.dumps(given.to_dict(), sort_keys=True))]
     return json.dumps([_STORE_VERSION, split_name, tokens, block_rows])
 
 
-def streamed_split(cfg: DataConfig) -> tuple[Path, dict]:
-    """The streamed split of ``cfg``'s corpus (built if missing) and the corpus's statistics."""
-    if cfg.hub_dataset:
+def streamed_split(plan: CorpusPlan, store: StoreSettings) -> tuple[Path, dict]:
+    """The streamed split of the plan's corpus (built if missing) and the corpus's statistics."""
+    if isinstance(plan.source, HubDataset):
         raise DataError("data.streaming reads a local data.path, not data.hub_dataset")
-    cache = corpus.corpus_cache(cfg)
-    stats = corpus.cache_stats(cache)
-    malformed.check(stats, cfg.max_malformed_share)
-    settings = SplitSettings(
-        cfg.valid_size, cfg.test_size, cfg.split_seed, cfg.tokenizer_max_pairs, cfg.shard_pairs
-    )
+    cache, stats = corpus.corpus_cache(plan.source, plan.reading, plan.caches)
+    malformed.check(stats, plan.max_malformed_share)
+    valid, test = plan.sizes["valid"], plan.sizes["test"]
+    settings = SplitSettings(valid, test, plan.split_seed, store.sample_pairs, store.shard_pairs)
     write = partial(write_split, corpus.pairs_file(cache), settings)
     name = f"stream-split-{digest(split_key(settings, cache.name))}"
-    split_dir = corpus.caches(cfg).built(name, write, "streamed split")
-    asked = {"valid": cfg.valid_size, "test": cfg.test_size}
-    corpus.report_carved(asked, json.loads((split_dir / SPLIT_FILE).read_text())["carved"])
+    split_dir = plan.caches.built(name, write, "streamed split")
+    corpus.report_carved(plan.sizes, json.loads((split_dir / SPLIT_FILE).read_text())["carved"])
     return split_dir, stats
 
 
 def held_out_text(cfg: DataConfig) -> datasets.DatasetDict:
     """The text of the valid and test splits of a streamed run, read without holding the corpus:
     what ``translate.py --eval`` scores such a run's checkpoints on."""
-    return _held_out_texts(streamed_split(cfg)[0])
+    return _held_out_texts(streamed_split(CorpusPlan.of(cfg), StoreSettings.of(cfg))[0])
 
 
 def build(
@@ -205,25 +226,33 @@ def build(
     """
     if tokenizer is None and cfg.tokenizer_file is not None:
         raise ValueError("build: data.tokenizer_file is set; pass its tokenizer (read_given)")
-    split_dir, stats = streamed_split(cfg)
-    root = corpus.cache_root(cfg) / f"stream-{digest(store_key(cfg, split_dir.name, block_rows, tokenizer))}"
-    timeout = cfg.lock_timeout_s
+    return open_store(CorpusPlan.of(cfg), StoreSettings.of(cfg), block_rows, tokenizer)
+
+
+def open_store(
+    plan: CorpusPlan,
+    settings: StoreSettings,
+    block_rows: int = BLOCK_ROWS,
+    tokenizer: TranslationTokenizer | None = None,
+) -> StreamedData:
+    """:func:`build` of a corpus plan and the store's own settings."""
+    split_dir, stats = streamed_split(plan, settings)
+    root = plan.caches.root / f"stream-{digest(store_key(settings, split_dir.name, block_rows, tokenizer))}"
+    timeout = plan.caches.lock_timeout_s
     tokenizer_dir = root / "tokenizer"
     if tokenizer is None:
-        learn = partial(_train_tokenizer, split_dir, cfg.vocab_size, cfg.shared_vocab)
+        learn = partial(_train_tokenizer, split_dir, settings.vocab_size, settings.shared_vocab)
         build_once(tokenizer_dir, learn, "tokenizer", timeout)
         tokenizer = TranslationTokenizer.load(tokenizer_dir)
-    held_out = partial(encoded.encode_splits, _held_out_texts(split_dir), tokenizer)
+    held_out = partial(_encode_held_out, split_dir, tokenizer)
     build_once(root / "held-out", held_out, "token ids of the held-out splits", timeout)
     shards = [
         root / f"shard-{i:05d}"
         for i in range(len(json.loads((split_dir / SPLIT_FILE).read_text())["shards"]))
     ]
-    _encode_shards(shards, split_dir, tokenizer, block_rows, cfg.split_seed, timeout)
+    _encode_shards(shards, split_dir, tokenizer, block_rows, plan.split_seed, timeout)
     build_once(root / "manifest", partial(write_manifest, root, shards), "store manifest", timeout)
-    return StreamedData(
-        Store.open(root, root / "manifest"), tokenizer_dir, root / "held-out", split_dir, stats
-    )
+    return StreamedData(Store.open(root, root / "manifest"), tokenizer, root / "held-out", split_dir, stats)
 
 
 def main(argv: list[str] | None = None) -> int:

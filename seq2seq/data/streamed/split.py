@@ -1,11 +1,11 @@
-"""The train/valid/test split of :func:`seq2seq.data.corpus.split_indices`, made in two passes over
+"""The train/valid/test split of :func:`seq2seq.data.split.split_indices`, made in two passes over
 the corpus file in memory that does not grow with it: the same rows in every split, in corpus order.
 
 The first pass keeps only the lowest distinct source hashes (with how many rows carry each) that
-:func:`seq2seq.data.corpus.held_out_sizes` needs, which fix both thresholds and the size of the
+:func:`seq2seq.data.split.held_out_sizes` needs, which fix both thresholds and the size of the
 train split; the second writes each split's text: the train rows as text shards of
 ``shard_pairs`` rows, the held-out rows whole, and the tokenizer's sample (the rows
-:func:`seq2seq.data.corpus.evenly_spread` would pick).
+:func:`seq2seq.data.split.evenly_spread` would pick).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from seq2seq.data.corpus import HELD_OUT_PARTS, held_out_sizes, source_hashes
+from seq2seq.data.split import HELD_OUT_PARTS, held_out_sizes, source_hashes
 
 log = logging.getLogger("seq2seq.data")
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from seq2seq.config import ConfigError, DataConfig, DataError, validated
-from seq2seq.data.corpus import load_corpus
+from seq2seq.data.corpus import CorpusPlan, load_corpus
 from seq2seq.data.readers.malformed import guess_encoding
 
 PAIRS = [(f"Satz {i}: schön.", f"Phrase {i} : à côté « ici ».") for i in range(200)]
@@ -38,7 +38,7 @@ def test_under_the_share_malformed_lines_are_skipped_and_logged_by_cause(
 ) -> None:
     path = _tsv(tmp_path, PAIRS, bad_lines=2)  # 1 % of 200 lines: not over it
     with caplog.at_level(logging.WARNING, logger="seq2seq.data"):
-        pairs, stats = load_corpus(_cfg(tmp_path, str(path)))
+        pairs, stats = load_corpus(CorpusPlan.of(_cfg(tmp_path, str(path))))
     assert len(pairs) == 198 and stats["malformed"]["wrong_columns"]["count"] == 2
     assert [r.getMessage() for r in caplog.records] == ["skipped 2 malformed lines: 2 wrong_columns"]
 
@@ -46,13 +46,14 @@ def test_under_the_share_malformed_lines_are_skipped_and_logged_by_cause(
 def test_over_the_share_the_run_stops_with_one_line(tmp_path: Path) -> None:
     path = _tsv(tmp_path, PAIRS, bad_lines=3)
     with pytest.raises(DataError) as error:
-        load_corpus(_cfg(tmp_path, str(path)))
+        load_corpus(CorpusPlan.of(_cfg(tmp_path, str(path))))
     assert str(error.value) == (
         f"{path}: 3 of 200 lines are malformed (3 wrong_columns), over data.max_malformed_share=0.01; "
         "first wrong_columns at line 11: it holds no tab: one goes between columns "
         "(a comma-separated file needs the .csv suffix)"
     )
-    pairs, _ = load_corpus(_cfg(tmp_path, str(path), max_malformed_share=0.02))  # the cache, checked again
+    cfg = _cfg(tmp_path, str(path), max_malformed_share=0.02)
+    pairs, _ = load_corpus(CorpusPlan.of(cfg))  # the cache, checked again
     assert len(pairs) == 197
 
 
@@ -75,11 +76,11 @@ def test_a_file_in_another_encoding_names_it_and_reads_with_it(
 ) -> None:
     path = _tsv(tmp_path, pairs, encoding=encoding)
     with pytest.raises(DataError) as error:
-        load_corpus(_cfg(tmp_path, str(path)))
+        load_corpus(CorpusPlan.of(_cfg(tmp_path, str(path))))
     every_line = r"(\d+) of \1 lines are malformed \(\1 undecodable\)"  # UTF-16's last NUL: one more
     expected = rf"{re.escape(str(path))}: {every_line}; first undecodable at line 1: {re.escape(fix)}"
     assert re.fullmatch(expected, str(error.value))
-    read, stats = load_corpus(_cfg(tmp_path, str(path), encoding=encoding))
+    read, stats = load_corpus(CorpusPlan.of(_cfg(tmp_path, str(path), encoding=encoding)))
     assert list(zip(read["src"][:], read["tgt"][:], strict=True)) == pairs and stats["malformed_lines"] == 0
 
 
@@ -98,26 +99,27 @@ def _corpus_caches(tmp_path: Path) -> int:
 
 def test_the_cache_key_covers_every_option_that_changes_what_is_read(tmp_path: Path) -> None:
     path = _tsv(tmp_path, PAIRS[:50], encoding="latin-1")
-    load_corpus(_cfg(tmp_path, str(path), encoding="latin-1"))
-    load_corpus(
-        _cfg(tmp_path, str(path), encoding="cp1252")
-    )  # the same text here, but another file may differ
+    load_corpus(CorpusPlan.of(_cfg(tmp_path, str(path), encoding="latin-1")))
+    cp1252 = _cfg(tmp_path, str(path), encoding="cp1252")
+    load_corpus(CorpusPlan.of(cp1252))  # the same text here, but another file may differ
     assert _corpus_caches(tmp_path) == 2
-    headed, _ = load_corpus(_cfg(tmp_path, str(path), encoding="latin-1", header=True))
+    headed, _ = load_corpus(CorpusPlan.of(_cfg(tmp_path, str(path), encoding="latin-1", header=True)))
     assert _corpus_caches(tmp_path) == 3 and len(headed) == 49
     copy = tmp_path / "renamed.tsv"
     shutil.copy(path, copy)
-    load_corpus(_cfg(tmp_path, str(copy), encoding="latin-1"))  # content-addressed: no new cache
+    copied = _cfg(tmp_path, str(copy), encoding="latin-1")
+    load_corpus(CorpusPlan.of(copied))  # content-addressed: no new cache
     assert _corpus_caches(tmp_path) == 3
 
     de_file, fr_file, other = tmp_path / "c.de", tmp_path / "c.fr", tmp_path / "d.fr"
     de_file.write_text("Ja.\nNein.\n")
     fr_file.write_text("Oui.\nNon.\n")
     other.write_text("Si.\nNon.\n")
-    load_corpus(_cfg(tmp_path, [str(de_file), str(fr_file)]))
-    load_corpus(_cfg(tmp_path, [str(de_file), str(other)]))
+    load_corpus(CorpusPlan.of(_cfg(tmp_path, [str(de_file), str(fr_file)])))
+    load_corpus(CorpusPlan.of(_cfg(tmp_path, [str(de_file), str(other)])))
     assert _corpus_caches(tmp_path) == 5
-    load_corpus(_cfg(tmp_path, [str(de_file), str(fr_file)], header=True))  # no header in aligned text
+    headed = _cfg(tmp_path, [str(de_file), str(fr_file)], header=True)
+    load_corpus(CorpusPlan.of(headed))  # no header in aligned text
     assert _corpus_caches(tmp_path) == 5
 
 

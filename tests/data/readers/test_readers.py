@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from seq2seq.config import DataConfig, DataError
-from seq2seq.data.corpus import load_corpus
+from seq2seq.data.corpus import CorpusPlan, load_corpus
 
 ROWS = [  # (de, fr): commas, quotes, apostrophes and non-ASCII letters
     ("Guten Morgen, Anna.", "Bonjour, Anna."),
@@ -124,14 +124,14 @@ def _cfg(tmp_path: Path, path: object, columns: list[str], **overrides: object) 
 
 
 def _pairs(cfg: DataConfig) -> list[tuple[str, str]]:
-    pairs, _ = load_corpus(cfg)
+    pairs, _ = load_corpus(CorpusPlan.of(cfg))
     return list(zip(pairs["src"][:], pairs["tgt"][:], strict=True))
 
 
 @pytest.mark.parametrize("name", FORMATS)
 def test_every_format_reads_another_language_pair_both_ways(tmp_path: Path, name: str) -> None:
     path, columns = FORMATS[name](tmp_path)
-    de_fr, stats = load_corpus(_cfg(tmp_path, path, columns, direction="de-fr"))
+    de_fr, stats = load_corpus(CorpusPlan.of(_cfg(tmp_path, path, columns, direction="de-fr")))
     assert list(zip(de_fr["src"][:], de_fr["tgt"][:], strict=True)) == ROWS
     assert (stats["pairs"], stats["malformed_lines"]) == (len(ROWS), 0)
     assert _pairs(_cfg(tmp_path, path, columns, direction="fr-de")) == [(fr, de) for de, fr in ROWS]
@@ -155,13 +155,14 @@ def test_a_csv_header_is_detected_by_the_column_names_or_configured(
     assert _pairs(_cfg(tmp_path, _csv(tmp_path, "de,fr\n"), ["de", "fr"], header=False))[0] == ("de", "fr")
     assert _pairs(_cfg(tmp_path, _csv(tmp_path, ""), ["de", "fr"], header=True)) == ROWS[1:2]
     with pytest.raises(DataError, match=r"line 1 names the columns fr,de .* set data.columns=\[fr,de\]"):
-        load_corpus(_cfg(tmp_path, _csv(tmp_path, "fr,de\n"), ["de", "fr"]))
+        load_corpus(CorpusPlan.of(_cfg(tmp_path, _csv(tmp_path, "fr,de\n"), ["de", "fr"])))
 
 
 def test_csv_fields_may_hold_newlines_and_line_numbers_stay_physical(tmp_path: Path) -> None:
     path = tmp_path / "pairs.csv"
     path.write_text('"Zwei\nZeilen","Deux\nlignes"\nnur eine Spalte\n"Ja","Oui"\n', encoding="utf-8")
-    pairs, stats = load_corpus(_cfg(tmp_path, str(path), ["de", "fr"], max_malformed_share=0.5))
+    cfg = _cfg(tmp_path, str(path), ["de", "fr"], max_malformed_share=0.5)
+    pairs, stats = load_corpus(CorpusPlan.of(cfg))
     assert pairs["src"][:] == ["Zwei\nZeilen", "Ja"]
     assert stats["malformed"]["wrong_columns"]["line"] == 4  # the record before it spans lines 1-3
 
@@ -170,7 +171,7 @@ def test_aligned_files_of_different_lengths_name_both_files_and_counts(tmp_path:
     de_file, fr_file = _write_aligned(tmp_path)
     fr_file.write_text("Bonjour.\nSalut.\n", encoding="utf-8")
     with pytest.raises(DataError) as error:
-        load_corpus(_cfg(tmp_path, [str(de_file), str(fr_file)], ["de", "fr"]))
+        load_corpus(CorpusPlan.of(_cfg(tmp_path, [str(de_file), str(fr_file)], ["de", "fr"])))
     message = str(error.value)
     assert "\n" not in message
     assert f"{de_file} has 4 lines, {fr_file} has 2 lines" in message
@@ -180,14 +181,15 @@ def test_aligned_files_of_different_lengths_name_both_files_and_counts(tmp_path:
 def test_aligned_files_must_match_the_languages_of_data_columns(tmp_path: Path) -> None:
     de_file, fr_file = _write_aligned(tmp_path)
     with pytest.raises(DataError, match=r"lists corpus.fr where data.columns \['de', 'fr'\] has de"):
-        load_corpus(_cfg(tmp_path, [str(fr_file), str(de_file)], ["de", "fr"]))
+        load_corpus(CorpusPlan.of(_cfg(tmp_path, [str(fr_file), str(de_file)], ["de", "fr"])))
     with pytest.raises(DataError, match=r"one per language of data\.columns"):
-        load_corpus(_cfg(tmp_path, [str(de_file), str(fr_file)], ["de", "fr", "it"], direction="de-fr"))
+        three = _cfg(tmp_path, [str(de_file), str(fr_file)], ["de", "fr", "it"], direction="de-fr")
+        load_corpus(CorpusPlan.of(three))
     _write_aligned(tmp_path, "other")
     with pytest.raises(DataError, match=r"must end in those of data\.columns"):
-        load_corpus(_cfg(tmp_path, str(tmp_path / "*.de"), ["de", "fr"]))
+        load_corpus(CorpusPlan.of(_cfg(tmp_path, str(tmp_path / "*.de"), ["de", "fr"])))
     with pytest.raises(DataError, match="matches no file"):
-        load_corpus(_cfg(tmp_path, str(tmp_path / "*.it"), ["de", "fr"]))
+        load_corpus(CorpusPlan.of(_cfg(tmp_path, str(tmp_path / "*.it"), ["de", "fr"])))
 
 
 def test_aligned_blank_lines_keep_the_alignment(tmp_path: Path) -> None:
@@ -195,7 +197,7 @@ def test_aligned_blank_lines_keep_the_alignment(tmp_path: Path) -> None:
     de_file.write_text("Ja.\n\n\nNein.\n", encoding="utf-8")
     fr_file.write_text("Oui.\n\nSeul.\nNon.\n", encoding="utf-8")
     cfg = _cfg(tmp_path, [str(de_file), str(fr_file)], ["de", "fr"], max_malformed_share=0.5)
-    pairs, stats = load_corpus(cfg)
+    pairs, stats = load_corpus(CorpusPlan.of(cfg))
     assert list(zip(pairs["src"][:], pairs["tgt"][:], strict=True)) == [("Ja.", "Oui."), ("Nein.", "Non.")]
     assert stats["malformed"] == {
         "empty_side": {
@@ -217,7 +219,7 @@ def test_keyed_formats_count_each_cause(tmp_path: Path) -> None:
         '{"de": 1, "fr": "Un."}',
     ]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    _, stats = load_corpus(_cfg(tmp_path, str(path), ["de", "fr"], max_malformed_share=0.9))
+    _, stats = load_corpus(CorpusPlan.of(_cfg(tmp_path, str(path), ["de", "fr"], max_malformed_share=0.9)))
     found = {cause: (entry["count"], entry["line"]) for cause, entry in stats["malformed"].items()}
     assert found == {"bad_json": (2, 2), "missing_language": (1, 4), "not_text": (1, 5)}
 
@@ -225,8 +227,8 @@ def test_keyed_formats_count_each_cause(tmp_path: Path) -> None:
 def test_a_columnar_file_without_the_languages_is_one_line_naming_its_columns(tmp_path: Path) -> None:
     path, _ = _parquet(tmp_path)
     with pytest.raises(DataError, match=r"no columns en and es .* its columns: fr, de, score"):
-        load_corpus(_cfg(tmp_path, path, ["en", "es"], direction="en-es"))
+        load_corpus(CorpusPlan.of(_cfg(tmp_path, path, ["en", "es"], direction="en-es")))
     folder, _ = _saved_dataset_dict(tmp_path)
     with pytest.raises(DataError, match=r"the splits train, validation: choose one with data\.hub_split"):
-        load_corpus(_cfg(tmp_path, folder, ["de", "fr"], hub_split="test"))
+        load_corpus(CorpusPlan.of(_cfg(tmp_path, folder, ["de", "fr"], hub_split="test")))
     assert _pairs(_cfg(tmp_path, folder, ["de", "fr"], hub_split="validation")) == [("Nein.", "Non.")]
