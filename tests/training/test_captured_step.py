@@ -142,14 +142,17 @@ def test_the_inductor_step_compiles_into_the_cache_of_its_torch_device_and_model
         torch, "compile", lambda fn, **kwargs: fn
     )  # what inductor would build is not the point
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "elsewhere"))
-    monkeypatch.setattr(torch._inductor.config, "fx_graph_cache", False)
-    monkeypatch.setattr(torch._functorch.config, "enable_autograd_cache", False)
-    model = Transformer(tiny_model_cfg, 40, 40)
-    CapturedStep(model, 0.1, backend="inductor", cache_root=tmp_path)(static_batches([(2, 5)], 40)[0])
-    version = f"{torch.__version__} {torch.version.git_version}"
-    folder = compile_cache(tmp_path, version, device_name(torch.device("cpu")), model_shape(model))
-    assert torch._inductor.runtime.cache_dir_utils.cache_dir() == str(folder) and folder.is_dir()
-    assert torch._inductor.config.fx_graph_cache and torch._functorch.config.enable_autograd_cache
+    # torch's own patch, not monkeypatch: pytest 9 undoes a config module's attribute by deleting it
+    with (
+        torch._inductor.config.patch(fx_graph_cache=False),
+        torch._functorch.config.patch(enable_autograd_cache=False),
+    ):
+        model = Transformer(tiny_model_cfg, 40, 40)
+        CapturedStep(model, 0.1, backend="inductor", cache_root=tmp_path)(static_batches([(2, 5)], 40)[0])
+        version = f"{torch.__version__} {torch.version.git_version}"
+        folder = compile_cache(tmp_path, version, device_name(torch.device("cpu")), model_shape(model))
+        assert torch._inductor.runtime.cache_dir_utils.cache_dir() == str(folder) and folder.is_dir()
+        assert torch._inductor.config.fx_graph_cache and torch._functorch.config.enable_autograd_cache
 
 
 @pytest.mark.skipif(compile_blocker("cpu") is not None, reason="compile=true needs a C++ compiler")
