@@ -42,12 +42,10 @@ from seq2seq.launch.recipe import choose_recipe
 from seq2seq.serving.cli import build_parser as serve_parser
 from seq2seq.training.average import build_parser as average_parser
 from tests.helpers.compose import CONFIGS, ROOT
+from tests.helpers.doc_lines import INLINE, shell_lines
 from tests.helpers.in_process import python
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-SHELL_BLOCKS = {"", "bash", "sh", "shell", "console"}
-FENCE = re.compile(r"^```(\S*)\s*$")
-INLINE = re.compile(r"`([^`]+)`")
 PLACEHOLDER = re.compile(r"<[^<>\s][^<>]*>|\$\{?\w+\}?|…")  # <run>, <machine 0>, $SLURM_NNODES
 CONFIG_HEADS = {*(f.name for f in fields(RunConfig)), "experiment", "hparams_search", "hydra"}
 ENTRY_POINTS = ("train.py", "translate.py", "serve.py")
@@ -76,37 +74,6 @@ class Command:
 
     def __str__(self) -> str:
         return f"{self.page}:{self.line}: {self.program} {' '.join(self.args)}"
-
-
-def shell_lines(text: str) -> Iterator[tuple[int, str, bool, str]]:
-    """(line number, text, fenced, paragraph) of each line of a fenced shell block, continuations
-    joined, and of each inline code span elsewhere, with the paragraph it stands in."""
-    lines = text.splitlines()
-    fence: str | None = None
-    pending, start = "", 0
-    for number, line in enumerate(lines, 1):
-        if match := FENCE.match(line):
-            fence = match.group(1) if fence is None else None
-        elif fence is None:
-            paragraph = paragraph_of(lines, number - 1)
-            yield from ((number, span, False, paragraph) for span in INLINE.findall(line))
-        elif fence in SHELL_BLOCKS:
-            pending, start = (f"{pending} {line}", start) if pending else (line, number)
-            if pending.endswith("\\"):
-                pending = pending[:-1]
-                continue
-            yield start, pending.removeprefix("$ "), True, ""
-            pending = ""
-
-
-def paragraph_of(lines: list[str], index: int) -> str:
-    """The run of non-blank lines around ``lines[index]``."""
-    first, last = index, index
-    while first > 0 and lines[first - 1].strip() and not FENCE.match(lines[first - 1]):
-        first -= 1
-    while last + 1 < len(lines) and lines[last + 1].strip() and not FENCE.match(lines[last + 1]):
-        last += 1
-    return " ".join(lines[first : last + 1])
 
 
 def segments(line: str) -> Iterator[list[str]]:

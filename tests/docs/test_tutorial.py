@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.docs.test_docs import shell_lines
 from tests.helpers.compose import ROOT
+from tests.helpers.doc_lines import shell_lines
 from tests.helpers.tiny import CORPUS
 
 PAGE = ROOT / "docs" / "tutorial.md"

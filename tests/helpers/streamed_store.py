@@ -9,6 +9,8 @@ import pyarrow as pa
 
 from seq2seq.data.streamed.shards import Store, write_manifest, write_shard
 
+MAX_LENGTH = 64  # the streaming tests' data.max_length
+
 
 def _id_lists(rng: np.random.Generator, count: int, longest: int) -> pa.ListArray:
     """``count`` random id lists of 1 to ``longest`` - 1 ids, built as flat arrays (fast at millions)."""
@@ -34,3 +36,9 @@ def make_store(
     (root / "manifest").mkdir()
     write_manifest(root, shards, root / "manifest")
     return Store.open(root, root / "manifest")
+
+
+def interleaved(ranks: list[list[list[int]]]) -> list[list[int]]:
+    """The global sequence that processes' batches form: rank r's k-th batch is global batch kR + r."""
+    assert len({len(batches) for batches in ranks}) == 1  # every process trains as many batches
+    return [batch for round_ in zip(*ranks, strict=True) for batch in round_]

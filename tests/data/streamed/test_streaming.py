@@ -20,10 +20,10 @@ from seq2seq.data.streamed import build
 from seq2seq.data.streamed.batches import StreamedBatchSampler, StreamedPairs
 from seq2seq.data.streamed.shards import Store
 from seq2seq.inference.evaluation import eval_set
-from tests.helpers.streamed_store import make_store
+from tests.helpers.streamed_store import MAX_LENGTH, interleaved, make_store
 from tests.helpers.tiny import CORPUS
 
-MAX_TOKENS, MAX_LENGTH = 256, 64
+MAX_TOKENS = 256
 SHARDS = [(1, 1), (7, 3), (100_000, 64)]  # (pairs per shard, pairs per block)
 PAIRS = 300
 
@@ -43,12 +43,6 @@ def sampler(
     made.set_epoch(epoch)
     made.continue_epoch(stops)
     return made
-
-
-def interleaved(ranks: list[list[list[int]]]) -> list[list[int]]:
-    """The global sequence that processes' batches form: rank r's k-th batch is global batch kR + r."""
-    assert len({len(batches) for batches in ranks}) == 1  # every process trains as many batches
-    return [batch for round_ in zip(*ranks, strict=True) for batch in round_]
 
 
 def all_lengths(store: Store) -> np.ndarray:

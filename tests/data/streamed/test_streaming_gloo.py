@@ -18,8 +18,7 @@ from torch.utils.data import DataLoader
 
 from seq2seq.data.streamed.batches import StreamedBatchSampler, StreamedPairs
 from seq2seq.data.streamed.shards import Store
-from tests.data.streamed.test_streaming import MAX_LENGTH, interleaved
-from tests.helpers.streamed_store import make_store
+from tests.helpers.streamed_store import MAX_LENGTH, interleaved, make_store
 
 WORLD_SIZE, EPOCHS = 2, (0, 1)
 STORES = [  # (pairs, pairs per shard, pairs per block, token budget)
