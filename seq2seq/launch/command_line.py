@@ -96,7 +96,7 @@ def grid_jobs(overrides: list[str], config_loader: ConfigLoader) -> list[list[st
             values[key] = [f"{key}={value}" for value in o.sweep_string_iterator()]
         else:
             raise ConfigError(
-                f"{o.input_line}: Hydra's basic sweeper takes lists and ranges, not an interval; "
-                "a sampling sweeper does (hparams_search=lr_optuna)"
+                f"{o.input_line}: the basic sweeper takes lists and ranges, not intervals; "
+                "an Optuna search samples them (hparams_search=lr_optuna)"
             )
     return [list(job) for job in itertools.product(*values.values())]
