@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 
 import hydra
+from hydra.core.config_loader import ConfigLoader
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import ValueType
+
+from seq2seq.config import ConfigError
 
 INFO_CHOICES = ("all", "config", "defaults", "defaults-tree", "plugins", "searchpath")
 HYDRA_ALONE = ("help", "hydra_help", "shell_completion", "experimental_rerun")  # Hydra answers these itself
@@ -77,3 +81,22 @@ def job_overrides(overrides: list[str], multirun: bool) -> list[list[str]]:
         [*first[:i], value, *first[i + 1 :]] for i, choices in enumerate(values) for value in choices[1:]
     ]
     return [first, *others]
+
+
+def grid_jobs(overrides: list[str], config_loader: ConfigLoader) -> list[list[str]]:
+    """Every job of a grid sweep, as Hydra's basic sweeper lists them: one value of each swept key,
+    the last key changing fastest; a key given twice keeps its first place and its last value.
+    ``config_loader`` lists a group's options for ``glob(...)``."""
+    values: dict[str, list[str]] = {}
+    for o in OverridesParser.create(config_loader).parse_overrides(overrides):
+        key = o.get_key_element()
+        if not o.is_sweep_override():
+            values[key] = [f"{key}={o.get_value_element_as_str()}"]
+        elif o.is_discrete_sweep():
+            values[key] = [f"{key}={value}" for value in o.sweep_string_iterator()]
+        else:
+            raise ConfigError(
+                f"{o.input_line}: the basic sweeper takes lists and ranges, not intervals; "
+                "an Optuna search samples them (hparams_search=lr_optuna)"
+            )
+    return [list(job) for job in itertools.product(*values.values())]

@@ -3,25 +3,31 @@ one line and no run directory.
 
 Hydra reports a misspelt key, a value of the wrong type or an unknown group option in several
 lines that end in its ``HYDRA_FULL_ERROR`` hint. :func:`compose_jobs` composes every job of a
-launch once (a sweep: every value once), turns each such error into one line that names the key
-and the allowed values or the nearest key, and checks each job's values against the rules of
-``seq2seq/config/``; what it cannot explain is Hydra's own message.
+launch once (:func:`compose_sweep` a sweep's own config), turns each such error into one line
+that names the key and the allowed values or the nearest key, and checks each job's values against
+the rules of ``seq2seq/config/``; what it cannot explain is Hydra's own message.
 """
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import inspect
+from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
 import pytorch_lightning as pl
 from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException, MissingConfigException
+from hydra.types import RunMode
 from omegaconf import DictConfig, open_dict, read_write
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
 
 from seq2seq.config import ConfigError, RunConfig, dotted, validated_run
+from seq2seq.launch.command_line import grid_jobs
 
 CONFIG_NAME = "train"  # configs/train.yaml, the primary config of train.py
 
@@ -85,17 +91,47 @@ def explain(err: HydraException, config_dir: Path, overrides: list[str]) -> str 
     return None
 
 
+@contextlib.contextmanager
+def explained(config_dir: Path, overrides: list[str]) -> Iterator[None]:
+    """A composition error that ``overrides`` explain raised as a one-line :class:`ConfigError`;
+    Hydra's own otherwise."""
+    try:
+        yield
+    except HydraException as err:
+        if line := explain(err, config_dir, overrides):
+            raise ConfigError(line) from err
+        raise
+
+
 def compose_jobs(config_dir: Path, jobs: list[list[str]], validate: bool) -> list[Composed]:
     """Each job's config (``with_hydra``) and (``validate``) its run, or a one-line
     :class:`ConfigError` for the first job with a bad key, option or type, or a value that breaks a
     rule; an error that no override explains is Hydra's own, raised as it is."""
     composed = []
     for overrides in jobs:
-        try:
+        with explained(config_dir, overrides):
             config = compose_run(config_dir, overrides, with_hydra=True)
-        except HydraException as err:
-            if line := explain(err, config_dir, overrides):
-                raise ConfigError(line) from err
-            raise
         composed.append(Composed(config, validated_run(without_hydra(config)) if validate else None))
     return composed
+
+
+def compose_sweep(config_dir: Path, overrides: list[str]) -> DictConfig:
+    """A sweep's own config, as Hydra's ``multirun`` composes it before its sweeper starts (the
+    swept keys left as the config sets them; ``multirun.yaml``), or a one-line :class:`ConfigError`."""
+    fixed = [
+        o.input_line for o in OverridesParser.create().parse_overrides(overrides) if not o.is_sweep_override()
+    ]
+    with explained(config_dir, fixed), initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
+        app = GlobalHydra.instance().hydra
+        assert app is not None  # initialize_config_dir made it
+        return app.compose_config(CONFIG_NAME, overrides, run_mode=RunMode.MULTIRUN)
+
+
+def grid(config_dir: Path, sweep: DictConfig) -> list[list[str]]:
+    """The overrides of each job of ``sweep`` (composed by :func:`compose_sweep`) that Hydra's basic
+    sweeper would launch: the sweep's Hydra overrides, then one value of each of the sweeper's
+    ``params`` and the task's overrides, as Hydra's launcher composes a job."""
+    params = [f"{key}={value}" for key, value in (sweep.hydra.sweeper.params or {}).items()]
+    with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
+        jobs = grid_jobs([*params, *sweep.hydra.overrides.task], GlobalHydra.instance().config_loader())
+    return [[*sweep.hydra.overrides.hydra, *job] for job in jobs]

@@ -1,6 +1,11 @@
 """A launch planned once: ``train.py``'s command line and environment turned into what Hydra is told,
 each job composed and validated once, and a run's directory named and claimed, before anything is
-written (a mistake costs one line and no directory)."""
+written (a mistake costs one line and no directory).
+
+A sweep with Hydra's basic sweeper and launcher (the defaults) is planned whole: its own config and
+every job, for :func:`~seq2seq.launch.with_hydra.run_sweep`. A sweeper or launcher plugin (Optuna,
+joblib, submitit) chooses or composes its jobs itself, so its sweep goes through Hydra's
+``multirun``, each value checked here first."""
 
 from __future__ import annotations
 
@@ -16,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from seq2seq.config import ConfigError
 from seq2seq.formats.run_directory import RunDirectory, fresh_directory, resumes
 from seq2seq.launch.command_line import for_hydra_alone, hydra_args, job_overrides, names_key
-from seq2seq.launch.composing import Composed, compose_jobs
+from seq2seq.launch.composing import Composed, compose_jobs, compose_sweep, grid
 from seq2seq.launch.init_from import model_overrides
 from seq2seq.launch.ranks import (
     RUN_DIR,
@@ -31,6 +36,18 @@ from seq2seq.launch.recipe import choose_recipe
 from seq2seq.launch.requeue import requeued_checkpoint, starts_over
 
 RUN_MODE = "hydra.mode=RUN"  # what @hydra.main adds for a run, so .hydra/hydra.yaml records it too
+MULTIRUN_MODE = "hydra.mode=MULTIRUN"  # and for a sweep, last: it wins over a hydra.mode given
+BASIC = (  # Hydra's own sweeper and launcher, the defaults, as hydra.sweeper and hydra.launcher name them
+    "hydra._internal.core_plugins.basic_sweeper.BasicSweeper",
+    "hydra._internal.core_plugins.basic_launcher.BasicLauncher",
+)
+
+
+class Sweep(NamedTuple):
+    """A sweep with Hydra's basic sweeper and launcher, composed and validated before it starts."""
+
+    config: DictConfig  # its own config, with Hydra's node: what multirun.yaml holds
+    jobs: list[Composed]  # each job in the order Hydra's basic sweeper lists them
 
 
 class Plan(NamedTuple):
@@ -41,14 +58,14 @@ class Plan(NamedTuple):
     recipe: str  # the line that says which experiment runs and why; empty where Hydra alone answers
     job: Composed | None = None  # a single run: its config and its run (output_dir: its directory)
     run_dir: RunDirectory | None = None  # that run's directory, claimed by the launch's rank 0
+    sweep: Sweep | None = None  # a sweep that train.py runs itself
 
 
 def plan_launch(argv: list[str], env: Mapping[str, str], gpu: str | None, config_dir: Path) -> Plan:
     """``train.py``'s plan, or a one-line :class:`ConfigError` (``gpu``: the CUDA device's name, or
     None). A single run is composed and validated here, once, and its directory claimed by the
-    launch's rank 0; a sweep's values are each composed and validated once, and its directory named;
-    ``--cfg`` and ``--info`` have their keys checked. The line of what Hydra answers alone (its
-    help, another config) is left as typed."""
+    launch's rank 0; a sweep is planned by :func:`plan_sweep`; ``--cfg`` and ``--info`` have their
+    keys checked. The line of what Hydra answers alone (its help, another config) is left as typed."""
     register_resolvers()
     args = hydra_args(argv)
     if for_hydra_alone(args):
@@ -59,16 +76,38 @@ def plan_launch(argv: list[str], env: Mapping[str, str], gpu: str | None, config
         kinds = "model and tokenizer" if any(key.startswith("model.") for key in keys) else "tokenizer"
         recipe += f"; the {kinds} keys from init_from={start}, where the command line sets none"
     plan = Plan(args, [*rank_overrides(env), *keys, *overrides], recipe)
+    if args.multirun:  # never with --cfg or --info: Hydra answers those alone
+        return plan_sweep(plan, config_dir, env)
     trains = args.cfg is None and args.info is None
     given_mode = names_key(plan.overrides, "hydra.mode")
-    told = [*plan.overrides, RUN_MODE] if trains and not args.multirun and not given_mode else plan.overrides
-    jobs = compose_jobs(config_dir, job_overrides(told, args.multirun), validate=trains)
+    told = [*plan.overrides, RUN_MODE] if trains and not given_mode else plan.overrides
+    [job] = compose_jobs(config_dir, [told], validate=trains)
     if not trains:
         return plan
-    ours, job, run_dir = settle_directory(jobs[0], args.multirun, env)
-    if args.multirun:
-        return plan._replace(overrides=[*ours, *plan.overrides])
+    _, job, run_dir = settle_directory(job, False, env)
     return plan._replace(job=job, run_dir=run_dir)
+
+
+def plan_sweep(plan: Plan, config_dir: Path, env: Mapping[str, str]) -> Plan:
+    """A sweep's plan: its own config composed, its directory named, what Hydra is told; with Hydra's
+    basic sweeper and launcher every job composed and validated once (in its sweep directory,
+    resolving ``${now:...}`` as the sweep did, as Hydra's launcher does); with a plugin, each
+    value validated once and the jobs left to Hydra's ``multirun``."""
+    given = [*plan.overrides, MULTIRUN_MODE]
+    config = compose_sweep(config_dir, given)
+    basic = (config.hydra.sweeper._target_, config.hydra.launcher._target_) == BASIC
+    if basic:
+        jobs = compose_jobs(config_dir, grid(config_dir, config), validate=True)
+    else:
+        compose_jobs(config_dir, job_overrides(plan.overrides, multirun=True), validate=True)
+    ours, _, _ = settle_directory(Composed(config, None), True, env)
+    plan = plan._replace(overrides=[*ours, *given])
+    if not basic:
+        return plan
+    sweep = Sweep(told(config, ours), [job._replace(config=told(job.config, ours)) for job in jobs])
+    for job in sweep.jobs:
+        OmegaConf.copy_cache(from_config=config, to_config=job.config)
+    return plan._replace(sweep=sweep)
 
 
 def settle_directory(

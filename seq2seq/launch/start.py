@@ -6,9 +6,11 @@ order it happens:
    validated once (a mistake is one line, before any directory exists); a run's directory named
    and claimed.
 2. A single run: Hydra's logging and ``.hydra/`` files from that one config
-   (:func:`~seq2seq.launch.with_hydra.run_in_directory`), then :func:`run_job`. A sweep, ``--cfg``
-   and ``--info``: Hydra, given the plan's overrides; Hydra's help and another config: Hydra, given
-   the command line as typed.
+   (:func:`~seq2seq.launch.with_hydra.run_in_directory`), then :func:`run_job`. A sweep with
+   Hydra's basic sweeper and launcher: each planned job so, numbered in its sweep directory
+   (:func:`~seq2seq.launch.with_hydra.run_sweep`). A sweep with a plugin, ``--cfg`` and ``--info``:
+   Hydra, given the plan's overrides; Hydra's help and another config: Hydra, given the command
+   line as typed.
 3. :func:`start_run`: the run directory (a sweep's job claims its own), this machine's choices
    settled (:func:`~seq2seq.machine.hardware.settle_machine_choices`), then
    :func:`seq2seq.training.run.train`.
@@ -39,7 +41,7 @@ from seq2seq.launch.command_line import for_hydra_alone
 from seq2seq.launch.composing import CONFIG_NAME
 from seq2seq.launch.plan import plan_launch
 from seq2seq.launch.ranks import leads_launch
-from seq2seq.launch.with_hydra import hydra_report, run_in_directory, run_with_hydra
+from seq2seq.launch.with_hydra import hydra_report, run_in_directory, run_sweep, run_with_hydra
 from seq2seq.machine.hardware import settle_machine_choices
 from seq2seq.training.module import NonFiniteLossError
 from seq2seq.training.requeue import RequeueOnSignal
@@ -72,10 +74,9 @@ def start_run(
         run_dir.release()
 
 
-def composed_by_hydra(cfg: DictConfig) -> RunConfig:
-    """A job Hydra composed (a sweep's, another config's), validated, in the directory Hydra made
-    for it unless it names its own ``output_dir``."""
-    run = validated_run(cfg)
+def in_job_directory(run: RunConfig) -> RunConfig:
+    """A sweep's job (or a run of another config) in the directory Hydra made for it, unless it
+    names its own ``output_dir``."""
     return replace(run, output_dir=run.output_dir or HydraConfig.get().runtime.output_dir)
 
 
@@ -118,9 +119,12 @@ def main(config_dir: Path) -> None:
     if job is not None and job.run is not None:
         run_in_directory(job.config, lambda: run_job(job.run, plan.run_dir, plan.recipe))
         return
+    if plan.sweep is not None:
+        run_sweep(plan.sweep, lambda run: run_job(in_job_directory(run), None, plan.recipe))
+        return
 
-    def task(cfg: DictConfig) -> float | None:
-        return run_job(composed_by_hydra(cfg), None, plan.recipe)
+    def task(cfg: DictConfig) -> float | None:  # a job Hydra composed: validated here
+        return run_job(in_job_directory(validated_run(cfg)), None, plan.recipe)
 
     if for_hydra_alone(plan.args):
         hydra.main(version_base="1.3", config_path=str(config_dir), config_name=CONFIG_NAME)(task)()

@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 from seq2seq.config import CallbacksConfig, ConfigError, OptimConfig, validated, validated_run
 from seq2seq.launch.command_line import hydra_args, job_overrides
 from seq2seq.launch.composing import Composed, compose_jobs
-from seq2seq.launch.plan import plan_launch
+from seq2seq.launch.plan import Plan, plan_launch
 from seq2seq.launch.recipe import choose_recipe
 from seq2seq.launch.start import start_run
 from tests.helpers.compose import CONFIGS, compose_train, tiny_run
@@ -164,14 +164,27 @@ def test_a_bad_override_gets_one_line_naming_the_key(override: str, line: str) -
     assert "\n" not in str(err.value)
 
 
-def test_every_value_of_a_sweep_is_checked() -> None:
-    """Its keys, options and rules before Hydra runs, each value composed once."""
-    jobs = check_overrides(["-m", "experiment=tiny", "optim.lr=1e-3,2e-3", "model=tiny,small"], CONFIGS)
-    assert len(jobs) == 3  # the first job, then each other value once
-    with pytest.raises(ConfigError, match=r"^optim\.lr must be > 0, got -0\.001$"):
-        check_overrides(["-m", "experiment=tiny", "optim.lr=1e-3,-1e-3", "model=tiny,small"], CONFIGS)
-    with pytest.raises(ConfigError, match="model=smal is not an option"):
-        check_overrides(["-m", "experiment=tiny", "optim.lr=1e-3,2e-3", "model=tiny,smal"], CONFIGS)
+def test_every_job_of_a_sweep_is_checked(tmp_path: Path) -> None:
+    """Its keys, options and rules before Hydra runs: a grid's jobs each composed once, in the order
+    Hydra's basic sweeper runs them; with a launcher plugin, which composes its own, each value."""
+
+    def plan(*overrides: str) -> Plan:
+        argv = ["-m", "experiment=tiny", *overrides, f"hydra.sweep.dir={tmp_path / 'sweep'}"]
+        return plan_launch(argv, {}, None, CONFIGS)
+
+    sweep = plan("optim.lr=1e-3,2e-3", "model=tiny,small").sweep
+    assert sweep is not None
+    jobs = [(job.run.optim.lr, job.config.hydra.runtime.choices.model) for job in sweep.jobs]
+    assert jobs == [(0.001, "tiny"), (0.001, "small"), (0.002, "tiny"), (0.002, "small")]
+    assert plan("hydra/launcher=submitit_local", "optim.lr=1e-3,2e-3").sweep is None  # Hydra's multirun
+    for launcher in ([], ["hydra/launcher=submitit_local"]):
+        with pytest.raises(ConfigError, match=r"^optim\.lr must be > 0, got -0\.001$"):
+            plan(*launcher, "optim.lr=1e-3,-1e-3", "model=tiny,small")
+        with pytest.raises(ConfigError, match="model=smal is not an option"):
+            plan(*launcher, "optim.lr=1e-3,2e-3", "model=tiny,smal")
+    with pytest.raises(ConfigError, match=r"^optim\.lr=interval\(1e-4,1e-3\): the basic sweeper takes lists"):
+        plan("optim.lr=interval(1e-4,1e-3)")
+    assert not (tmp_path / "sweep").exists()
 
 
 @pytest.mark.slow

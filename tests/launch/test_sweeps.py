@@ -1,18 +1,41 @@
-"""Sweeps with Hydra's own launchers and sweepers: a grid with the basic launcher, an Optuna search
-(``hparams_search``), and the SLURM launcher config (composed only: no cluster here)."""
+"""Sweeps with Hydra's own launchers and sweepers: a grid with the basic launcher (each job composed
+and validated once), an Optuna search (``hparams_search``), and the SLURM launcher config
+(composed only: no cluster here)."""
 
 from __future__ import annotations
 
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
 
+from seq2seq.config import validated_run
 from seq2seq.launch.composing import CONFIG_NAME
 from tests.helpers.compose import ROOT, compose_train
 from tests.helpers.in_process import python
+
+CALLS: list[tuple] = []  # what Recorder was told, in order
+
+
+class Recorder(Callback):
+    """A Hydra callback (``hydra.callbacks``) that notes each call of a sweep's, with the job's number
+    and value."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        CALLS.append(("multirun_start", config.hydra.mode.name))
+
+    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        CALLS.append(("job_start", config.hydra.job.num))
+
+    def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
+        CALLS.append(("job_end", config.hydra.job.num, type(job_return.return_value).__name__))
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        CALLS.append(("multirun_end",))
 
 
 def sweep(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
@@ -46,6 +69,55 @@ def test_a_grid_sweep_trains_one_run_per_combination_with_the_basic_launcher(tmp
         (0.002, 2),
     ]
     assert all((tmp_path / "sweep" / str(job) / "checkpoints" / "last.ckpt").is_file() for job in range(4))
+
+
+@pytest.mark.slow
+def test_train_py_composes_and_validates_each_job_of_a_sweep_once(tmp_path, monkeypatch) -> None:
+    """A grid with Hydra's basic sweeper and launcher: the sweep's own config (``multirun.yaml``)
+    composed once, each job composed once and validated once (every composition passes through
+    Hydra's ``load_configuration``), then run as Hydra runs it: its number, its directory, its
+    ``.hydra/`` files, the callbacks in Hydra's order, Hydra's lines on the console."""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl  # private to Hydra: only counted here
+    from hydra.types import RunMode
+
+    from seq2seq.launch import composing, start
+
+    counts = {"sweep": 0, "job": 0, "validated": 0}
+    load, validate = ConfigLoaderImpl.load_configuration, validated_run
+
+    def loaded(self, *args: Any, **kwargs: Any) -> DictConfig:
+        counts["sweep" if kwargs["run_mode"] == RunMode.MULTIRUN else "job"] += 1
+        return load(self, *args, **kwargs)
+
+    def validated(*args: Any) -> Any:
+        counts["validated"] += 1
+        return validate(*args)
+
+    monkeypatch.setattr(ConfigLoaderImpl, "load_configuration", loaded)
+    for module in (composing, start):
+        monkeypatch.setattr(module, "validated_run", validated)
+    CALLS.clear()
+    result = sweep(tmp_path, "optim.lr=1e-3,2e-3", f"+hydra.callbacks.record._target_={__name__}.Recorder")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert counts == {"sweep": 1, "job": 2, "validated": 2}
+    assert CALLS == [
+        ("multirun_start", "MULTIRUN"),
+        ("job_start", 0),
+        ("job_end", 0, "float"),  # val/bleu, what train.py's task returns
+        ("job_start", 1),
+        ("job_end", 1, "float"),
+        ("multirun_end",),
+    ]
+    sweep_dir = tmp_path / "sweep"
+    assert "optim.lr=1e-3,2e-3" in OmegaConf.load(sweep_dir / "multirun.yaml").hydra.overrides.task
+    for num, lr in enumerate([0.001, 0.002]):
+        hydra_cfg = OmegaConf.load(sweep_dir / str(num) / ".hydra" / "hydra.yaml").hydra
+        assert (hydra_cfg.job.num, hydra_cfg.job.id, hydra_cfg.mode) == (num, str(num), "MULTIRUN")
+        assert hydra_cfg.runtime.output_dir == str(sweep_dir / str(num))
+        assert OmegaConf.load(sweep_dir / str(num) / ".hydra" / "config.yaml").optim.lr == lr
+        assert f"optim.lr={lr}" in OmegaConf.load(sweep_dir / str(num) / ".hydra" / "overrides.yaml")
+        assert f"[HYDRA] \t#{num} : optim.lr={lr} experiment=tiny trainer.max_steps=4" in result.stdout
+    assert "[HYDRA] Launching 2 jobs locally" in result.stdout
 
 
 @pytest.mark.slow
