@@ -182,3 +182,29 @@ def memorised_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
             directory, steps=200, batch_size=MEMORISED_PAIRS, pairs=MEMORISED_PAIRS
         ),
     )
+
+
+@pytest.fixture(scope="session")
+def ct2_export(tmp_path_factory: pytest.TempPathFactory, trained_ckpt: Path) -> Path:
+    """``trained_ckpt`` exported to CTranslate2 with float32 weights (the checkpoint's tokens), once
+    per run: the tests that open it only read it."""
+    from seq2seq.export.to_ctranslate2 import export_checkpoint
+
+    return built_once(
+        tmp_path_factory,
+        "ct2-export",
+        lambda folder: export_checkpoint(trained_ckpt, folder / "model", "float32", force=True),
+    )
+
+
+@pytest.fixture(scope="session")
+def hf_export(tmp_path_factory: pytest.TempPathFactory, trained_ckpt: Path) -> Path:
+    """``trained_ckpt`` exported as a transformers folder, once per run; the tests only read it."""
+    pytest.importorskip("transformers", reason="the transformers export needs pip install -e '.[hf]'")
+    from seq2seq.export.to_transformers import export_to_transformers
+
+    return built_once(
+        tmp_path_factory,
+        "hf-export",
+        lambda folder: export_to_transformers(trained_ckpt, folder / "model", force=True),
+    )
