@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch._inductor.config
 
 from seq2seq.config import DataConfig, DecodeConfig, ModelConfig
 from seq2seq.formats.checkpoint import save_atomically, seq2seq_entry
@@ -29,12 +30,16 @@ FILES_SHOWN = 10  # the slowest test files, listed after the slowest tests
 
 def pytest_configure(config: pytest.Config) -> None:
     """Under pytest-xdist each worker, and each process its tests start, gets its share of the cores:
-    N workers each running every core's worth of threads would spend the cores waiting on each other."""
+    N workers each running every core's worth of threads would spend the cores waiting on each other.
+    So do inductor's compilers: with one core a worker compiles its kernels itself, where a pool of
+    compiler processes would first spend seconds starting and importing torch."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
     if workers:
         threads = threads_each(workers)
         os.environ["OMP_NUM_THREADS"] = str(threads)
+        os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = str(threads)
         torch.set_num_threads(threads)
+        torch._inductor.config.compile_threads = threads  # read at import, which conftest's imports did
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -181,4 +186,30 @@ def memorised_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
         lambda directory: train_tiny_checkpoint(
             directory, steps=200, batch_size=MEMORISED_PAIRS, pairs=MEMORISED_PAIRS
         ),
+    )
+
+
+@pytest.fixture(scope="session")
+def ct2_export(tmp_path_factory: pytest.TempPathFactory, trained_ckpt: Path) -> Path:
+    """``trained_ckpt`` exported to CTranslate2 with float32 weights (the checkpoint's tokens), once
+    per run: the tests that open it only read it."""
+    from seq2seq.export.to_ctranslate2 import export_checkpoint
+
+    return built_once(
+        tmp_path_factory,
+        "ct2-export",
+        lambda folder: export_checkpoint(trained_ckpt, folder / "model", "float32", force=True),
+    )
+
+
+@pytest.fixture(scope="session")
+def hf_export(tmp_path_factory: pytest.TempPathFactory, trained_ckpt: Path) -> Path:
+    """``trained_ckpt`` exported as a transformers folder, once per run; the tests only read it."""
+    pytest.importorskip("transformers", reason="the transformers export needs pip install -e '.[hf]'")
+    from seq2seq.export.to_transformers import export_to_transformers
+
+    return built_once(
+        tmp_path_factory,
+        "hf-export",
+        lambda folder: export_to_transformers(trained_ckpt, folder / "model", force=True),
     )

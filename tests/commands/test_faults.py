@@ -55,11 +55,18 @@ def train_with_crash(cfg, step: int) -> None:
         training.build_trainer = original
 
 
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> tuple[dict, Path]:
+    """(final state, data cache) of a 3-epoch run that nothing stopped: the reference each crash
+    point's run resumes to, trained once for all of them; the crashed runs read its cache."""
+    tmp_path = tmp_path_factory.mktemp("uninterrupted")
+    start_run(tiny_job(tmp_path / "full", tmp_path / "cache", "trainer.max_epochs=3"))
+    return final_state(tmp_path / "full"), tmp_path / "cache"
+
+
 @pytest.mark.parametrize("epoch_fraction", [0.0, 0.5])
-def test_resume_after_a_crash_matches_an_uninterrupted_run(tmp_path, epoch_fraction):
-    cache = tmp_path / "cache"
-    start_run(tiny_job(tmp_path / "full", cache, "trainer.max_epochs=3"))
-    full = final_state(tmp_path / "full")
+def test_resume_after_a_crash_matches_an_uninterrupted_run(tmp_path, epoch_fraction, uninterrupted):
+    full, cache = uninterrupted
     steps_per_epoch = full["global_step"] // 3
     crash_at = steps_per_epoch + int(epoch_fraction * steps_per_epoch) or steps_per_epoch + 1
     crashed = tmp_path / "crashed"
@@ -117,8 +124,8 @@ def _wait_for_text(path: Path, text: str, process: subprocess.Popen, timeout: fl
 
 
 @pytest.mark.slow
-def test_kill_9_then_resume_finishes_with_the_same_step_count(tmp_path):
-    process = _start_training(tmp_path, "trainer.max_epochs=6")
+def test_kill_9_then_resume_finishes_with_the_same_step_count(tmp_path, uninterrupted):
+    process = _start_training(tmp_path, "trainer.max_epochs=3")
     last = tmp_path / "run" / "checkpoints" / "last.ckpt"
     _wait_for(last, process)
     time.sleep(1.0)
@@ -126,11 +133,9 @@ def test_kill_9_then_resume_finishes_with_the_same_step_count(tmp_path):
     process.wait()
     state = torch.load(last, weights_only=True)  # atomic writes: never half a file
     assert state["global_step"] > 0
-    resume = python(*_training(tmp_path, "trainer.max_epochs=6", f"ckpt_path={last}"))
+    resume = python(*_training(tmp_path, "trainer.max_epochs=3", f"ckpt_path={last}"))
     assert resume.returncode == 0, resume.stderr[-2000:]
-    reference = tmp_path / "reference"
-    start_run(tiny_job(reference, tmp_path / "cache", "trainer.max_epochs=6"))
-    assert final_state(tmp_path / "run")["global_step"] == final_state(reference)["global_step"]
+    assert final_state(tmp_path / "run")["global_step"] == uninterrupted[0]["global_step"]
 
 
 @pytest.mark.slow

@@ -29,6 +29,7 @@ from seq2seq.inference.translator import Translator
 from seq2seq.serving.app import WORKER_STOP_S
 from seq2seq.serving.edge import SHUTTING_DOWN
 from seq2seq.serving.service import Limits
+from tests.helpers.in_process import python
 from tests.helpers.tiny import BLEU, STEP
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -231,12 +232,8 @@ def test_a_body_over_the_limit_is_refused_before_it_is_read(checkpoint, tmp_path
 
 
 def test_a_bad_checkpoint_is_one_line_and_exit_1(tmp_path) -> None:
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "serve.py"), "--ckpt", str(tmp_path / "missing.ckpt")],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-    )
+    """In this process (no server starts: what it prints and its exit status are the test)."""
+    result = python(str(ROOT / "serve.py"), "--ckpt", str(tmp_path / "missing.ckpt"))
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
         f"serve.py: error: checkpoint not found: {tmp_path}/missing.ckpt"

@@ -187,13 +187,13 @@ def computed_elsewhere(folder: Path, request: dict, tmp_path: Path) -> dict:
 
 @pytest.mark.parametrize("which", ["own", "marian"])
 def test_without_the_package_trust_remote_code_loads_it(
-    exported: Path, ours: Translator, trained_ckpt: Path, tmp_path: Path, which: str
+    exported: Path, ours: Translator, trained_ckpt: Path, hf_export: Path, tmp_path: Path, which: str
 ) -> None:
     """In an interpreter where ``import seq2seq`` fails: the folder's own code, our logits and greedy
     translations, and the beams generate() gives here. (Marian needs no code of ours: the same
-    check, for other transformers versions.)"""
+    check, for other transformers versions, on the run's shared export of the trained checkpoint.)"""
     if which == "marian":
-        exported = export_to_transformers(trained_ckpt, tmp_path / "marian")
+        exported = hf_export
         ours = open_model(trained_ckpt, device="cpu", dtype="float32").translator
     sentences = SOURCES[:20]
     encoded = ours.encode(sentences)

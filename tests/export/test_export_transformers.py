@@ -33,9 +33,9 @@ transformers = pytest.importorskip(
 )
 
 
-@pytest.fixture(scope="module")
-def exported(trained_ckpt: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return export_to_transformers(trained_ckpt, tmp_path_factory.mktemp("hf") / "model")
+@pytest.fixture
+def exported(hf_export: Path) -> Path:
+    return hf_export
 
 
 @pytest.fixture(scope="module")

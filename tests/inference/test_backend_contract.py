@@ -9,8 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from seq2seq.export.to_ctranslate2 import export_checkpoint
-from seq2seq.export.to_transformers import export_to_transformers
 from seq2seq.inference.backends import open_model
 from seq2seq.inference.targets import TargetError
 from seq2seq.inference.translator import Translation, Translator, TranslatorBase
@@ -20,15 +18,12 @@ ENGINES = {"pytorch": "PyTorch", "ctranslate2": "CTranslate2", "transformers": "
 
 
 @pytest.fixture(scope="module", params=sorted(ENGINES))
-def translator(request, trained_ckpt: Path, tmp_path_factory: pytest.TempPathFactory) -> TranslatorBase:
+def translator(request, trained_ckpt: Path) -> TranslatorBase:
     """The trained checkpoint behind one backend, in float32 on the CPU."""
-    folder = tmp_path_factory.mktemp(request.param) / "model"
     if request.param == "pytorch":
         return open_model(trained_ckpt, device="cpu", dtype="float32").translator
-    if request.param == "ctranslate2":
-        return open_model(model=export_checkpoint(trained_ckpt, folder, "float32"), device="cpu").translator
-    pytest.importorskip("transformers", reason="the transformers export needs pip install -e '.[hf]'")
-    return open_model(model=export_to_transformers(trained_ckpt, folder), device="cpu").translator
+    folder = request.getfixturevalue("ct2_export" if request.param == "ctranslate2" else "hf_export")
+    return open_model(model=folder, device="cpu").translator
 
 
 def test_it_names_its_engine_and_number_type(translator: TranslatorBase, request) -> None:

@@ -20,6 +20,7 @@ from seq2seq.inference.translator import Translator
 from seq2seq.model import Transformer
 from seq2seq.training.module import MODEL_PREFIX
 from tests.helpers.compose import ROOT
+from tests.helpers.in_process import python
 from tests.helpers.tiny import CORPUS, tiny_tokenizer
 
 
@@ -199,24 +200,22 @@ def test_checkpoint_of_another_model_or_tokenizer_is_refused(
 
 
 def test_fuzz_random_bytes_on_stdin_keep_one_output_line_per_input_line(
-    checkpoint: Path, tmp_path: Path
+    checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """translate.py in-process, its stdin as a process's: a UTF-8 text stream over the file, strict
+    until the command reconfigures it, lines split at "\\n" only; its output must encode as a
+    process's stdout would."""
     rng = random.Random(99)
     data = b"\n".join(rng.randbytes(rng.randint(0, 80)).replace(b"\n", b"") for _ in range(300)) + b"\n"
     source = tmp_path / "random.bin"
     source.write_bytes(data)
     argv = ["--ckpt", str(checkpoint), "--device", "cpu", "--greedy"]
-    with source.open("rb") as stdin:
-        result = subprocess.run(
-            [sys.executable, str(ROOT / "translate.py"), *argv],
-            stdin=stdin,
-            capture_output=True,
-            cwd=ROOT,
-            timeout=300,
-        )
-    assert result.returncode == 0, result.stderr.decode(errors="replace")[-2000:]
-    assert b"Traceback" not in result.stderr
-    assert result.stdout.count(b"\n") == data.count(b"\n") == 300
+    with source.open(encoding="utf-8", newline="\n") as stdin:
+        monkeypatch.setattr(sys, "stdin", stdin)
+        result = python(str(ROOT / "translate.py"), *argv)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+    assert result.stdout.encode("utf-8").count(b"\n") == data.count(b"\n") == 300
 
 
 def _peak_rss_translating(checkpoint: Path, tmp_path: Path, lines: int) -> int:

@@ -9,16 +9,15 @@ from pathlib import Path
 import ctranslate2
 import pytest
 
-from seq2seq.export.to_ctranslate2 import export_checkpoint
 from seq2seq.inference.cli import main
 
 SENTENCES = ["How are you?", "I like coffee.", "Where is the station?"]
 
 
-@pytest.fixture(scope="module")
-def exported(trained_ckpt: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+@pytest.fixture
+def exported(ct2_export: Path) -> Path:
     """The trained checkpoint exported with float32 weights: the same tokens as the checkpoint."""
-    return export_checkpoint(trained_ckpt, tmp_path_factory.mktemp("cli-export"), "float32", force=True)
+    return ct2_export
 
 
 def _run(capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, str, str]:
