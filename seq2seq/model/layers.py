@@ -64,7 +64,7 @@ def feed_forward(cfg: ModelConfig) -> FeedForward | GatedFeedForward:
     """The position-wise FFN that ``cfg.activation`` names (GELU is the exact, erf one)."""
     if cfg.activation == SWIGLU:
         return GatedFeedForward(cfg.d_model, cfg.d_ff, cfg.dropout)
-    activation = {RELU: nn.ReLU, GELU: nn.GELU}[cfg.activation]()  # config.py validated the name
+    activation = {RELU: nn.ReLU, GELU: nn.GELU}[cfg.activation]()  # config/model.py validated the name
     return FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout, activation)
 
 
