@@ -22,7 +22,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.lib.measure import CORPUS, ROOT, AnonymousPeak, add_target_option, ratio_line, target_for, targets
+from bench.lib.measure import (
+    CORPUS,
+    ROOT,
+    AnonymousPeak,
+    add_target_option,
+    print_ratios,
+    targets,
+)
 from bench.lib.synthetic_corpus import write_corpus
 from seq2seq.config import DataConfig
 from seq2seq.data.datamodule import TranslationDataModule
@@ -131,8 +138,7 @@ def main() -> None:
     if args.pairs:
         ratios += scale_report(args.pairs)
     goals = targets(args)
-    for name, value in ratios:
-        print(ratio_line(name, value, target_for(name, goals), digits=3))
+    print_ratios(ratios, goals, digits=3)
 
 
 if __name__ == "__main__":

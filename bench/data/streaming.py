@@ -27,9 +27,8 @@ from bench.lib.measure import (
     ROOT,
     AnonymousPeak,
     add_target_option,
-    ratio_line,
+    print_ratios,
     table_record,
-    target_for,
     targets,
     write_record,
 )
@@ -250,8 +249,7 @@ def main() -> None:
 def report(args: argparse.Namespace, machine: str, table: list[list[str]], ratios: list) -> None:
     """The RATIO lines, and with ``--record`` the table record."""
     goals = targets(args)
-    for name, value in ratios:
-        print(ratio_line(name, value, target_for(name, goals), digits=3))
+    print_ratios(ratios, goals, digits=3)
     if args.record:
         notes = (
             f"python -m bench.data.streaming --pairs {' '.join(map(str, args.pairs))} --repeats "

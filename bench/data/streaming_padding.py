@@ -16,7 +16,13 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.lib.measure import add_target_option, ratio_line, table_record, target_for, targets, write_record
+from bench.lib.measure import (
+    add_target_option,
+    print_ratios,
+    table_record,
+    targets,
+    write_record,
+)
 from seq2seq.config import DataConfig
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.machine.hardware import describe
@@ -65,8 +71,7 @@ def main() -> None:
         table, ratios = padding_rows(Path(scratch))
     print(table)
     goals = targets(args)
-    for name, value in ratios:
-        print(ratio_line(name, value, target_for(name, goals), digits=3))
+    print_ratios(ratios, goals, digits=3)
     if args.record:
         notes = "python -m bench.data.streaming_padding"
         write_record(args.record, table_record(args.record.stem, machine, notes, HEADER, table, dict(ratios)))

@@ -26,7 +26,14 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.lib.measure import ROOT, bench_parser, ratio_line, table_record, target_for, targets, write_record
+from bench.lib.measure import (
+    ROOT,
+    bench_parser,
+    print_ratios,
+    table_record,
+    targets,
+    write_record,
+)
 from seq2seq.config import DataConfig
 from seq2seq.data.cache import file_digest
 from seq2seq.data.streamed import build
@@ -149,8 +156,7 @@ def main() -> None:
             what = f"hashing {args.corpus.name} ({size:.2f} GiB): first time / from the digest memo"
             table.append([what, f"{first:.1f} s / {1000 * again:.1f} ms", "", "", "", ""])
     goals = targets(args)
-    for name, value in ratios:
-        print(ratio_line(name, value, target_for(name, goals), digits=2))
+    print_ratios(ratios, goals)
     if args.record:
         notes = f"python -m bench.data.streaming_start --pairs {' '.join(map(str, args.pairs))}" + (
             f" --corpus {args.corpus.name}" if args.corpus else ""

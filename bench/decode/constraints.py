@@ -23,9 +23,8 @@ from bench.lib.measure import (
     bench_parser,
     held_out_test,
     machine,
-    ratio_line,
+    print_ratios,
     table_record,
-    target_for,
     targets,
     write_record,
 )
@@ -119,8 +118,7 @@ def main() -> None:
     print(hardware)
     goals = targets(args)
     rows, decoded, ratios = bench_constraints(args.ckpt, args.beam, args.limit, args.reps, args.min_chars)
-    for name, value in ratios.items():
-        print(ratio_line(name, value, target_for(name, goals), digits=3))
+    print_ratios(ratios.items(), goals, digits=3)
     if args.record:
         notes = f"python -m bench.decode.constraints on {args.ckpt.name}: {decoded}; {hardware}"
         header = ["search", "seconds", "terms present", "BLEU"]

@@ -37,9 +37,8 @@ from bench.lib.measure import (
     RECORDS,
     bench_parser,
     machine,
-    ratio_line,
+    print_ratios,
     table_record,
-    target_for,
     targets,
     write_record,
 )
@@ -244,8 +243,7 @@ def main() -> None:
             f"{run.same[name, beam]} of {run.sentences} lines as {first}'s"
         )
     ratios = ratios_of(run, args.decoders, device)
-    for name, value in ratios.items():
-        print(ratio_line(name, value, target_for(name, goals), digits=3))
+    print_ratios(ratios.items(), goals, digits=3)
     if args.record:
         print(f"record: {write_dtypes_record(run, args, ratios, hardware)}")
 

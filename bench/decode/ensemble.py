@@ -25,9 +25,8 @@ from bench.lib.measure import (
     bench_parser,
     held_out_test,
     machine,
-    ratio_line,
+    print_ratios,
     table_record,
-    target_for,
     targets,
     write_record,
 )
@@ -111,8 +110,7 @@ def main() -> None:
         print("  " + " | ".join(row))
     ratios = ratios_of(args.ckpts, fastest, bleu)
     goals = targets(args)
-    for name, value in ratios.items():
-        print(ratio_line(name, value, target_for(name, goals), digits=3))
+    print_ratios(ratios.items(), goals, digits=3)
     if args.record:
         notes = (
             f"python -m bench.decode.ensemble --ckpts {' '.join(args.ckpts)} --dtype {args.dtype} "

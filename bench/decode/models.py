@@ -16,8 +16,7 @@ from bench.lib.measure import (
     bench_parser,
     decode_split,
     held_out_test,
-    ratio_line,
-    target_for,
+    print_ratios,
     targets,
 )
 from seq2seq.inference.backends import open_model
@@ -68,8 +67,7 @@ def main() -> None:
     args = parser.parse_args()
     print(describe())
     goals = targets(args)
-    for name, value in bench_models(args.baseline_ckpt, args.ckpt, args.reps).items():
-        print(ratio_line(name, value, target_for(name, goals)))
+    print_ratios(bench_models(args.baseline_ckpt, args.ckpt, args.reps).items(), goals)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.lib.loop_run import pythonpath_of
-from bench.lib.measure import ROOT, bench_parser, ratio_line, target_for, targets
+from bench.lib.measure import ROOT, bench_parser, print_ratios, targets
 from seq2seq.machine.hardware import describe
 
 TARGETS = {
@@ -160,8 +160,7 @@ def main() -> None:
     print(describe())
     goals = targets(args)
     ratios = compare(args.ckpt, args.peer, args.reps, args.sentences, args.dtypes, not args.no_exports)
-    for name, value in ratios.items():
-        print(ratio_line(name, value, target_for(name, goals)))
+    print_ratios(ratios.items(), goals)
 
 
 if __name__ == "__main__":

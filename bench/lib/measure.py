@@ -16,7 +16,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -219,6 +219,13 @@ def target_for(name: str, targets: dict[str, float]) -> float:
 def ratio_line(name: str, value: float, target: float, digits: int = 2) -> str:
     """``RATIO <name> <value> target <t>``, the line every benchmark ends with."""
     return f"RATIO {name} {value:.{digits}f} target {target}"
+
+
+def print_ratios(ratios: Iterable[tuple[str, float]], goals: dict[str, float], digits: int = 2) -> None:
+    """A :func:`ratio_line` for each (name, value), against its target among ``goals``, flushed at
+    once (a run's log shows them as they come)."""
+    for name, value in ratios:
+        print(ratio_line(name, value, target_for(name, goals), digits=digits), flush=True)
 
 
 def record_commit(name: str) -> str:

@@ -26,9 +26,8 @@ from omegaconf import OmegaConf
 from bench.lib.measure import (
     add_target_option,
     model_config,
-    ratio_line,
+    print_ratios,
     table_record,
-    target_for,
     targets,
     write_record,
 )
@@ -115,8 +114,7 @@ def main() -> None:
         print(" | ".join(row))
     ratios = {"compile_second_over_first": total_second / total_first}
     goals = targets(args)
-    for name, value in ratios.items():
-        print(ratio_line(name, value, target_for(name, goals), digits=3))
+    print_ratios(ratios.items(), goals, digits=3)
     if args.record:
         notes = (
             f"python -m bench.train.compile_cache --device {args.device} --model {args.model}"

@@ -20,8 +20,7 @@ import statistics
 from bench.lib.measure import (
     busy_process,
     median_times,
-    ratio_line,
-    target_for,
+    print_ratios,
 )
 from bench.lib.training_step import Twins, step_bench, twins, variant
 
@@ -55,8 +54,7 @@ def bench_contention(models: Twins, args: argparse.Namespace) -> list[tuple[str,
 def main() -> None:
     args, dtype, data, goals = step_bench(__doc__, TARGETS)
     for size in args.sizes:
-        for name, value in bench_contention(twins(size, args, data, dtype), args):
-            print(ratio_line(name, value, target_for(name, goals)))
+        print_ratios(bench_contention(twins(size, args, data, dtype), args), goals)
 
 
 if __name__ == "__main__":

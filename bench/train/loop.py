@@ -31,10 +31,9 @@ from bench.lib.measure import (
     ROOT,
     add_target_option,
     median_times,
-    ratio_line,
+    print_ratios,
     record_commit,
     square_matmul,
-    target_for,
     targets,
 )
 from bench.lib.training_step import (
@@ -166,8 +165,7 @@ def main() -> None:
         "train_loop_speedup_per_cpu_second": per_cpu_second,  # for a busy machine
         f"train_mfu_bare_step_{str(dtype).removeprefix('torch.')}": mfu,
     }
-    for name, value in ratios.items():
-        print(ratio_line(name, value, target_for(name, goals)))
+    print_ratios(ratios.items(), goals)
 
 
 if __name__ == "__main__":

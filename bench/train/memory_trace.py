@@ -39,8 +39,7 @@ from bench.lib.measure import (
     add_target_option,
     machine,
     memory_status,
-    ratio_line,
-    target_for,
+    print_ratios,
     targets,
     write_record,
 )
@@ -254,8 +253,7 @@ def main(argv: list[str] | None = None) -> int:
         "memory_trace_growth": growth(rss),
         "memory_trace_peak_tree_rss_gib": max(s[2] for s in rss) / GIB,
     }
-    for name, value in figures.items():
-        print(ratio_line(name, value, target_for(name, goals), digits=3), flush=True)
+    print_ratios(figures.items(), goals, digits=3)
     if args.record:
         command = f"python -m bench.train.memory_trace {' '.join(argv or sys.argv[1:])}"
         last = events[-1]

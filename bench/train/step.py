@@ -27,9 +27,8 @@ import torch
 
 from bench.lib.measure import (
     median_times,
-    ratio_line,
+    print_ratios,
     square_matmul,
-    target_for,
 )
 from bench.lib.training_step import Twins, step_bench, twins, variant
 
@@ -72,8 +71,7 @@ def main() -> None:
     ratios = [
         ratio for name in args.sizes for ratio in bench_size(twins(name, args, data, dtype), args, dtype)
     ]
-    for name, value in ratios:
-        print(ratio_line(name, value, target_for(name, goals)))
+    print_ratios(ratios, goals)
 
 
 if __name__ == "__main__":
